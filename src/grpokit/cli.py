@@ -1,0 +1,167 @@
+"""The ``grpokit`` command line: train | eval | demo | list."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Optional
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+log = logging.getLogger("grpokit")
+
+
+class UserError(Exception):
+    """A mistake the user can fix; printed as one line, exit code 2."""
+
+
+def _add_config_args(p: argparse.ArgumentParser, config_required: bool) -> None:
+    p.add_argument("config", nargs=None if config_required else "?", help="YAML config file")
+    p.add_argument("--preset", help="start from a packaged preset (see `grpokit list`)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="a.b=value",
+                   help="override one field, e.g. --set train.steps=10 (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grpokit", description="GRPO post-training for causal LMs")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train with GRPO")
+    _add_config_args(p, config_required=False)
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in logging.output_dir")
+    p = sub.add_parser("demo", help="the default demo: SmolLM2-135M-Instruct on arithmetic")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="a.b=value")
+    p.add_argument("--resume", action="store_true")
+    p = sub.add_parser("eval", help="held-out accuracy / pass@k of a model or checkpoint")
+    _add_config_args(p, config_required=False)
+    p.add_argument("--model", help="model to evaluate: checkpoint folder, HF folder, .gguf or embedded name")
+    p.add_argument("--k", type=int, default=1, help="samples per prompt (k > 1 adds pass@k)")
+    p.add_argument("--limit", type=int, default=None, help="evaluate only the first N held-out prompts")
+    sub.add_parser("list", help="registered variants, rewards, tasks and presets")
+    return parser
+
+
+def _load(args) -> "Config":  # noqa: F821
+    from grpokit.config import load_config
+
+    return load_config(getattr(args, "config", None), getattr(args, "preset", None), args.overrides)
+
+
+def cmd_train(args) -> int:
+    from grpokit.trainer.loop import Trainer
+
+    cfg = _load(args)
+    summary = Trainer(cfg).train(resume=args.resume)
+    _print_summary(summary)
+    return 0
+
+
+def cmd_demo(args) -> int:
+    args.config, args.preset = None, "demo"
+    return cmd_train(args)
+
+
+def _print_summary(summary: dict) -> None:
+    before = summary["before"]["accuracy"] if summary.get("before") else float("nan")
+    after = summary["after"]["accuracy"] if summary.get("after") else float("nan")
+    print(f"report: {summary['report']}")
+    print(f"heldout_accuracy before={before:.4f} after={after:.4f} minutes={summary['train_minutes']:.2f}")
+
+
+def cmd_eval(args) -> int:
+    from grpokit.model.loading import load_model
+    from grpokit.rollout.hf import HFBackend
+    from grpokit.trainer import setup
+    from grpokit.trainer.evaluation import evaluate_accuracy
+
+    cfg = _load(args)
+    source = args.model or cfg.model.name
+    model, tokenizer = _load_for_eval(source, cfg.model.dtype)
+    splits = setup.build_splits(cfg.data)
+    rows = splits.heldout[: args.limit] if args.limit else splits.heldout
+    rewards = setup.build_rewards(cfg.rewards)
+    judge = next((r for r in rewards if r.name == (cfg.eval.accuracy_reward or rewards[0].name)), rewards[0])
+    result = evaluate_accuracy(
+        HFBackend(model, tokenizer), rows, setup.render_all(tokenizer, rows, cfg.data.system_prompt), judge,
+        batch_size=cfg.eval.batch_size, max_new_tokens=cfg.eval.max_new_tokens, k=args.k,
+        temperature=cfg.rollout.temperature,
+    )
+    print(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()))
+    return 0
+
+
+def _load_for_eval(source: str, dtype: str):
+    """A checkpoint may hold a LoRA adapter: load its base and attach it."""
+    import json
+    from pathlib import Path
+
+    from grpokit.model.loading import load_model
+
+    adapter_cfg = Path(source) / "adapter_config.json"
+    if adapter_cfg.is_file():
+        from peft import PeftModel
+
+        base = json.loads(adapter_cfg.read_text()).get("base_model_name_or_path") or "smollm2-135m-instruct"
+        model, tokenizer = load_model(base, dtype=dtype)
+        return PeftModel.from_pretrained(model, source), tokenizer
+    return load_model(source, dtype=dtype)
+
+
+def cmd_list(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from grpokit.config import preset_names
+    from grpokit.config.loading import read_preset
+    from grpokit.registries import AXES, get_registry
+
+    table = Table(title="grpokit: registered names")
+    table.add_column("axis")
+    table.add_column("name")
+    table.add_column("what it is")
+    for axis in AXES:
+        reg = get_registry(axis)
+        for name in reg.names():
+            table.add_row(axis, name, reg.summary(name))
+    for name in preset_names():
+        table.add_row("preset", name, str(read_preset(name).get("description", "")))
+    Console().print(table)
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "demo": cmd_demo, "eval": cmd_eval, "list": cmd_list}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "transformers", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from grpokit.config import ConfigError
+
+    user_errors: tuple = (UserError, ConfigError, FileNotFoundError)
+    try:
+        from grpokit.data.files import DataError
+        from grpokit.model.loading import ModelLoadError
+        from grpokit.rewards import RewardError, RewardLoadError
+
+        user_errors += (DataError, ModelLoadError, RewardLoadError, RewardError)
+    except ImportError:
+        pass
+    try:
+        return COMMANDS[args.command](args)
+    except user_errors as exc:
+        print(f"grpokit: error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        if args.verbose:
+            raise
+        print(f"grpokit: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

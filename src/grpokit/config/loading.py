@@ -1,0 +1,196 @@
+"""Load a :class:`Config` from YAML, presets and ``--set a.b=value`` overrides, with validation.
+
+Every user mistake becomes one :class:`ConfigError` line naming the field and what to do:
+unknown keys (with a suggestion), wrong types, values out of range, unknown registry names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from importlib import resources
+from pathlib import Path
+from typing import Any, Union
+
+import yaml
+
+from grpokit.config.schema import Config
+
+
+class ConfigError(ValueError):
+    """A user configuration mistake; the message names the field."""
+
+
+def preset_names() -> list[str]:
+    """Names of the preset YAML files shipped in ``grpokit/presets``."""
+    folder = resources.files("grpokit") / "presets"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def read_preset(name: str) -> dict:
+    """The raw dict of preset ``name``; unknown names list the valid ones."""
+    if name not in preset_names():
+        raise ConfigError(f"unknown preset '{name}'; choose one of: {', '.join(preset_names())}")
+    text = (resources.files("grpokit") / "presets" / f"{name}.yaml").read_text()
+    return yaml.safe_load(text) or {}
+
+
+def read_yaml(path: str | Path) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file '{path}' does not exist")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file '{path}' is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{path}' must hold a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def merge(base: dict, override: dict) -> dict:
+    """Recursive dict merge; ``override`` wins, lists are replaced whole."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def apply_set(data: dict, assignment: str) -> dict:
+    """Apply one ``a.b.c=value`` override (value parsed as YAML) to a raw config dict."""
+    if "=" not in assignment:
+        raise ConfigError(f"--set '{assignment}' must look like section.field=value")
+    dotted, raw = assignment.split("=", 1)
+    keys = dotted.strip().split(".")
+    value = yaml.safe_load(raw) if raw.strip() else None
+    nested: Any = value
+    for key in reversed(keys):
+        nested = {key: nested}
+    return merge(data, nested)
+
+
+def load_config(path: str | None = None, preset: str | None = None, overrides: list[str] = ()) -> Config:
+    """Build a validated Config: defaults <- preset <- YAML file <- ``--set`` overrides."""
+    data: dict = {}
+    if preset:
+        data = merge(data, read_preset(preset))
+    if path:
+        file_data = read_yaml(path)
+        if "preset" in file_data:
+            data = merge(read_preset(file_data.pop("preset")), data)
+        data = merge(data, file_data)
+    for assignment in overrides:
+        data = apply_set(data, assignment)
+    return from_dict(Config, data, "")
+
+
+def to_dict(cfg: Any) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, where: str, meta: dict) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(value, args[0], where, meta)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping of fields, got {value!r}")
+        return from_dict(tp, value, where)
+    if tp is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where} must be a list, got {value!r}")
+        item_type = meta.get("item_type")
+        if item_type is not None:
+            return [_coerce(v, item_type, f"{where}[{i}]", {}) for i, v in enumerate(value)]
+        return value
+    if tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where} must be a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, got {value!r}")
+        return value
+    return value
+
+
+def _check(value: Any, where: str, meta: dict) -> None:
+    if value is None:
+        return
+    bounds = {"ge": (lambda v, b: v >= b, ">="), "gt": (lambda v, b: v > b, ">"),
+              "le": (lambda v, b: v <= b, "<="), "lt": (lambda v, b: v < b, "<")}
+    for key, (ok, sym) in bounds.items():
+        if key in meta and not ok(value, meta[key]):
+            raise ConfigError(f"{where} = {value!r} is out of range: it must be {sym} {meta[key]}")
+    if "choices" in meta and value not in meta["choices"]:
+        raise ConfigError(f"{where} = {value!r} is not allowed; choose one of: {', '.join(map(str, meta['choices']))}")
+    if "registry" in meta:
+        from grpokit.registries import get_registry
+
+        registry = get_registry(meta["registry"])
+        if value not in registry:
+            raise ConfigError(f"{where} = {value!r} is not a registered {meta['registry']}; choose one of: {', '.join(registry.names())}")
+
+
+def from_dict(cls: type, data: dict, prefix: str) -> Any:
+    """Build dataclass ``cls`` from ``data``; unknown keys and bad values raise ConfigError."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        where = f"{prefix}{key}"
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; valid keys: {', '.join(fields)}"
+            raise ConfigError(f"unknown config key '{where}'{hint}")
+        meta = dict(fields[key].metadata)
+        coerced = _coerce(value, hints[key], where, meta)
+        _check(coerced, where, meta)
+        kwargs[key] = coerced
+    obj = cls(**kwargs)
+    # Defaults are checked too: a registry default must exist.
+    for name, f in fields.items():
+        if name not in kwargs:
+            _check(getattr(obj, name), f"{prefix}{name}", dict(f.metadata)) if "registry" in f.metadata else None
+    return obj
+
+
+def dump_yaml(cfg: Any) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def field_docs(cls: type = Config, prefix: str = "") -> list[tuple[str, str, Any]]:
+    """(dotted name, doc, default) for every field, recursively; used by docs and `grpokit list`."""
+    rows = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            rows.extend(field_docs(tp, f"{prefix}{f.name}."))
+        else:
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            rows.append((f"{prefix}{f.name}", f.metadata.get("doc", ""), default))
+    return rows

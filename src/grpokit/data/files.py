@@ -1,0 +1,189 @@
+"""Load prompt/answer rows from local data files and split them into train and held-out sets.
+
+Supported: ``.jsonl``, ``.json`` (a list of objects), ``.csv``, ``.parquet``, and a directory
+written by ``datasets.Dataset.save_to_disk`` or ``DatasetDict.save_to_disk``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+from grpokit.data.tasks import TaskSplits
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_EXTENSIONS = (".jsonl", ".json", ".csv", ".parquet")
+
+
+class DataError(ValueError):
+    """A data file cannot be used as given; the message names the file or field and the fix."""
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}: line {lineno} is not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                kind = type(row).__name__
+                raise DataError(f"{path}: line {lineno} must be a JSON object, got {kind}")
+            rows.append(row)
+    return rows
+
+
+def _read_json(path: Path) -> list[dict]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise DataError(
+            f"{path}: a .json data file must hold a list of objects; "
+            "for one object per line use .jsonl"
+        )
+    return data
+
+
+def _read_csv(path: Path) -> list[dict]:
+    # The stdlib reader keeps every cell as the exact text in the file (no float coercion).
+    with path.open(encoding="utf-8", newline="") as f:
+        return [dict(row) for row in csv.DictReader(f)]
+
+
+def _read_parquet(path: Path) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+def _read_saved_dataset(path: Path, split: str | None) -> list[dict]:
+    import datasets
+
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except FileNotFoundError:
+        raise DataError(
+            f"{path}: directory is not a dataset saved with datasets' save_to_disk"
+        ) from None
+    if isinstance(loaded, datasets.DatasetDict):
+        name = split or "train"
+        if name not in loaded:
+            raise DataError(
+                f"{path}: no split '{name}' (available: {', '.join(loaded)}); set data.split"
+            )
+        loaded = loaded[name]
+    return loaded.to_list()
+
+
+def _read_any(path: Path, split: str | None) -> list[dict]:
+    if not path.exists():
+        raise DataError(f"data file not found: {path}")
+    if path.is_dir():
+        return _read_saved_dataset(path, split)
+    suffix = path.suffix.lower()
+    readers = {
+        ".jsonl": _read_jsonl,
+        ".json": _read_json,
+        ".csv": _read_csv,
+        ".parquet": _read_parquet,
+    }
+    if suffix not in readers:
+        raise DataError(
+            f"{path}: unsupported extension '{suffix}'; use one of "
+            f"{', '.join(SUPPORTED_EXTENSIONS)} or a save_to_disk directory"
+        )
+    return readers[suffix](path)
+
+
+def _missing_column(path: Path, row: dict, column: str, field: str, index: int) -> DataError:
+    available = ", ".join(map(str, row)) or "none"
+    return DataError(
+        f"{path}: row {index} has no column '{column}' (available: {available}); "
+        f"set {field} to the right column"
+    )
+
+
+def load_rows(
+    path: str,
+    prompt_column: str = "prompt",
+    answer_column: str | None = "answer",
+    split: str | None = None,
+) -> list[dict]:
+    """Rows of a local data file as dicts with "prompt", "answer" (str) and all other columns.
+
+    ``prompt_column``/``answer_column`` name the source columns (config fields
+    ``data.prompt_column``/``data.answer_column``); they are renamed to "prompt"/"answer".
+    ``answer_column=None`` loads prompts only. ``split`` selects a split of a saved
+    ``DatasetDict`` (default "train") and is ignored for single files. Row indices in errors
+    count from 0.
+    """
+    file = Path(path)
+    raw = _read_any(file, split)
+    if not raw:
+        raise DataError(f"{file}: no rows found")
+    rows: list[dict] = []
+    for i, source in enumerate(raw):
+        if prompt_column not in source:
+            raise _missing_column(file, source, prompt_column, "data.prompt_column", i)
+        if answer_column is not None and answer_column not in source:
+            raise _missing_column(file, source, answer_column, "data.answer_column", i)
+        prompt = source[prompt_column]
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise DataError(
+                f"{file}: empty prompt in row {i} (column '{prompt_column}'); "
+                "fill it in or remove the row"
+            )
+        row: dict[str, Any] = {
+            k: v for k, v in source.items() if k not in (prompt_column, answer_column)
+        }
+        row["prompt"] = prompt
+        if answer_column is not None:
+            answer = source[answer_column]
+            if answer is None:
+                raise DataError(
+                    f"{file}: missing answer in row {i} (column '{answer_column}'); "
+                    "fill it in, remove the row, or set data.answer_column: null"
+                )
+            row["answer"] = str(answer)
+        rows.append(row)
+    return rows
+
+
+def split_rows(rows: list[dict], heldout_fraction: float, seed: int) -> TaskSplits:
+    """Seeded shuffle of ``rows`` into disjoint train and held-out splits.
+
+    Rows with a repeated prompt are dropped (first one kept) so no prompt lands in both
+    splits. The held-out size is ``round(heldout_fraction * n)``, at least 1 when the fraction
+    is positive.
+    """
+    if not 0.0 <= heldout_fraction < 1.0:
+        raise DataError(
+            f"heldout_fraction must be in [0, 1), got {heldout_fraction}; "
+            "set data.heldout_fraction"
+        )
+    unique: dict[str, dict] = {}
+    for row in rows:
+        unique.setdefault(row["prompt"], row)
+    if len(unique) < len(rows):
+        logger.info("dropped %d rows with duplicate prompts", len(rows) - len(unique))
+    shuffled = list(unique.values())
+    random.Random(seed).shuffle(shuffled)
+    n_heldout = round(heldout_fraction * len(shuffled))
+    if heldout_fraction > 0:
+        n_heldout = max(n_heldout, 1)
+    if n_heldout >= len(shuffled):
+        raise DataError(
+            f"only {len(shuffled)} distinct prompts: too few to hold out "
+            f"{heldout_fraction:.0%} and still train; lower data.heldout_fraction or add rows"
+        )
+    return TaskSplits(train=shuffled[n_heldout:], heldout=shuffled[:n_heldout])

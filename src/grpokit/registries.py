@@ -1,0 +1,26 @@
+"""Lookup of every registry by axis name (for config validation and ``grpokit list``)."""
+
+from __future__ import annotations
+
+import importlib
+
+from grpokit.registry import Registry
+
+# axis -> (module that defines and fills the registry, attribute name)
+_LOCATIONS = {
+    "task": ("grpokit.data.tasks", "TASKS"),
+    "reward": ("grpokit.rewards.builtin", "REWARDS"),
+    "advantage": ("grpokit.algos.advantages", "ADVANTAGES"),
+    "loss": ("grpokit.algos.losses", "POLICY_LOSSES"),
+    "aggregation": ("grpokit.algos.aggregation", "AGGREGATIONS"),
+    "kl": ("grpokit.algos.kl", "KL_ESTIMATORS"),
+}
+AXES = tuple(_LOCATIONS)
+
+
+def get_registry(axis: str) -> Registry:
+    """The registry of ``axis``; importing its module registers the built-ins."""
+    if axis not in _LOCATIONS:
+        raise KeyError(f"unknown registry axis '{axis}'; choose one of: {', '.join(AXES)}")
+    module, attr = _LOCATIONS[axis]
+    return getattr(importlib.import_module(module), attr)

@@ -1,0 +1,223 @@
+"""Built-in reward functions, registered in ``REWARDS``.
+
+A reward is a plain callable ``fn(prompts, completions, **columns) -> list[float | None]``:
+one score per completion, None where the reward does not apply. ``columns`` are per-sample
+lists from the data (e.g. ``answer=[...]``); options from the config are bound with
+``functools.partial``. Every built-in ignores columns it does not use.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import re
+import threading
+from collections import Counter
+from fractions import Fraction
+from typing import Any, Sequence
+
+from grpokit.data.answers import extract_answer_number, numbers_equal
+from grpokit.registry import Registry
+
+logger = logging.getLogger(__name__)
+
+REWARDS = Registry("reward")
+
+_INT = re.compile(r"-?\d+")
+_INT_LIST = re.compile(r"-?\d+(?:\s*,\s*-?\d+)*")
+_ANSWER_TAG = re.compile(r"answer\s*:", re.IGNORECASE)
+_EXPRESSION_CHARS = re.compile(r"[\d+\-*/()\s]+")
+
+
+def _require(reward: str, name: str, column: Sequence | None, n: int) -> Sequence:
+    """Return the per-sample ``column`` or raise naming the reward and the missing column."""
+    if column is None:
+        raise ValueError(
+            f"reward '{reward}' needs a '{name}' column in the data; add it or drop the reward"
+        )
+    if len(column) != n:
+        raise ValueError(f"reward '{reward}': column '{name}' has {len(column)} rows, expected {n}")
+    return column
+
+
+def _after_answer_tag(text: str) -> str:
+    """Text after the last "Answer:" (case-insensitive), else the last non-empty line."""
+    tags = list(_ANSWER_TAG.finditer(text))
+    if tags:
+        return text[tags[-1].end() :]
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+@REWARDS.register("answer_match")
+def answer_match(
+    prompts: list[str], completions: list[str], answer: Sequence | None = None, **kwargs: Any
+) -> list[float | None]:
+    """1.0 if the number extracted from the completion equals the ``answer`` column, else 0.0.
+
+    Extraction: ``grpokit.data.answers.extract_answer_number`` (number after the first "=" or
+    "is", else the last number); comparison within 1e-6. None where the answer is None.
+    """
+    answers = _require("answer_match", "answer", answer, len(completions))
+    scores: list[float | None] = []
+    for completion, gold in zip(completions, answers):
+        if gold is None:
+            scores.append(None)
+            continue
+        predicted = extract_answer_number(completion)
+        scores.append(float(predicted is not None and numbers_equal(predicted, str(gold))))
+    return scores
+
+
+@REWARDS.register("math_verify")
+def math_verify(
+    prompts: list[str],
+    completions: list[str],
+    answer: Sequence | None = None,
+    timeout_seconds: int = 5,
+    **kwargs: Any,
+) -> list[float | None]:
+    """1.0 if math-verify finds the completion's answer equal to the gold ``answer``, else 0.0.
+
+    Gold answers without "$" or "\\boxed" are wrapped as ``$gold$`` so plain numbers and LaTeX
+    parse. Parsing and comparison each time out after ``timeout_seconds`` (math-verify's
+    signal-based timeout, which only works in the main thread; elsewhere it runs without one
+    and a warning is logged).
+    """
+    from math_verify import parse, verify
+
+    answers = _require("math_verify", "answer", answer, len(completions))
+    timeout: int | None = timeout_seconds
+    if threading.current_thread() is not threading.main_thread():
+        logger.warning("math_verify reward called off the main thread; running without timeout")
+        timeout = None
+    scores: list[float | None] = []
+    for completion, gold in zip(completions, answers):
+        if gold is None:
+            scores.append(None)
+            continue
+        gold_text = str(gold)
+        if "$" not in gold_text and "\\boxed" not in gold_text:
+            gold_text = f"${gold_text}$"
+        gold_parsed = parse(gold_text, parsing_timeout=timeout)
+        predicted = parse(completion, parsing_timeout=timeout)
+        if not gold_parsed or not predicted:
+            scores.append(0.0)
+            continue
+        scores.append(float(verify(gold_parsed, predicted, timeout_seconds=timeout)))
+    return scores
+
+
+@REWARDS.register("format_regex")
+def format_regex(
+    prompts: list[str], completions: list[str], pattern: str = r"^\s*\S.*", **kwargs: Any
+) -> list[float | None]:
+    """1.0 if ``re.search(pattern, completion, re.DOTALL)`` matches, else 0.0."""
+    compiled = re.compile(pattern, re.DOTALL)
+    return [float(compiled.search(c) is not None) for c in completions]
+
+
+def _as_int_list(value: Any) -> list[int]:
+    """Integers of a ``numbers`` cell: a list, or text like "[3, 5, 7]" (e.g. from CSV)."""
+    if isinstance(value, str):
+        return [int(x) for x in _INT.findall(value)]
+    return [int(x) for x in value]
+
+
+def _eval_expression(node: ast.AST) -> Fraction:
+    """Exact value of an expression tree of integer literals, + - * / and unary minus."""
+    if isinstance(node, ast.Expression):
+        return _eval_expression(node.body)
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return Fraction(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _eval_expression(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+        left, right = _eval_expression(node.left), _eval_expression(node.right)
+        if isinstance(node.op, ast.Add):
+            return left + right
+        if isinstance(node.op, ast.Sub):
+            return left - right
+        if isinstance(node.op, ast.Mult):
+            return left * right
+        return left / right  # ZeroDivisionError is handled by the caller
+    raise ValueError(f"disallowed syntax: {type(node).__name__}")
+
+
+def _countdown_score(completion: str, numbers: list[int], target: int) -> float:
+    """1.0 if the completion's final expression uses only ``numbers`` and equals ``target``."""
+    expression = _after_answer_tag(completion).strip().strip("*`$ .")
+    expression = expression.split("=")[0].strip()
+    if not expression or not _EXPRESSION_CHARS.fullmatch(expression):
+        return 0.0
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except SyntaxError:
+        return 0.0
+    used = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)]
+    if Counter(used) - Counter(numbers):
+        return 0.0  # a number not given, or used more often than given
+    try:
+        value = _eval_expression(tree)
+    except (ValueError, ZeroDivisionError):
+        return 0.0
+    return float(value == target)
+
+
+@REWARDS.register("countdown_equation")
+def countdown_equation(
+    prompts: list[str],
+    completions: list[str],
+    numbers: Sequence | None = None,
+    target: Sequence | None = None,
+    **kwargs: Any,
+) -> list[float | None]:
+    """1.0 if the expression after the last "Answer:" uses the given numbers at most once each
+    and evaluates to ``target``, else 0.0.
+
+    Uses columns ``numbers`` and ``target``. Only digits, + - * / ( ) and spaces are allowed;
+    the expression is parsed with ``ast`` and evaluated exactly with fractions, never ``eval``.
+    Text after an "=" is ignored ("(3 + 4) * 2 = 14" checks "(3 + 4) * 2").
+    """
+    n = len(completions)
+    numbers = _require("countdown_equation", "numbers", numbers, n)
+    target = _require("countdown_equation", "target", target, n)
+    scores: list[float | None] = []
+    for completion, nums, goal in zip(completions, numbers, target):
+        if nums is None or goal is None:
+            scores.append(None)
+            continue
+        scores.append(_countdown_score(completion, _as_int_list(nums), int(goal)))
+    return scores
+
+
+def _last_int_list(text: str) -> list[int] | None:
+    """Integers of the first comma-separated run after the last "Answer:", else of the last run."""
+    tags = list(_ANSWER_TAG.finditer(text))
+    if tags:
+        runs = _INT_LIST.findall(text[tags[-1].end() :])
+        if runs:
+            return [int(x) for x in _INT.findall(runs[0])]
+    runs = _INT_LIST.findall(text)
+    return [int(x) for x in _INT.findall(runs[-1])] if runs else None
+
+
+@REWARDS.register("sorted_list")
+def sorted_list(
+    prompts: list[str], completions: list[str], answer: Sequence | None = None, **kwargs: Any
+) -> list[float | None]:
+    """1.0 if the completion's final comma-separated integer list equals ``answer``, else 0.0.
+
+    The list right after the last "Answer:" is used when there is one; otherwise the last run
+    of comma-separated integers anywhere in the completion.
+    """
+    answers = _require("sorted_list", "answer", answer, len(completions))
+    scores: list[float | None] = []
+    for completion, gold in zip(completions, answers):
+        if gold is None:
+            scores.append(None)
+            continue
+        expected = _as_int_list(gold)
+        scores.append(float(_last_int_list(completion) == expected))
+    return scores

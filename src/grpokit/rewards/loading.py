@@ -1,0 +1,88 @@
+"""Resolve a reward spec from the config (a built-in name, "module:function", "file.py:function")."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Callable
+
+from grpokit.rewards.builtin import REWARDS
+
+
+class RewardLoadError(ValueError):
+    """A reward spec in the config cannot be resolved; the message says what to change."""
+
+
+def _load_file(path_text: str, spec: str) -> ModuleType:
+    """Import a Python file by path (relative to the working directory, or absolute)."""
+    path = Path(path_text).expanduser().resolve()
+    if not path.is_file():
+        raise RewardLoadError(f"reward '{spec}': file not found: {path}")
+    # A name derived from the full path keeps two files called rewards.py apart.
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    name = f"grpokit_user_reward_{path.stem}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise RewardLoadError(f"reward '{spec}': cannot import {path} as a Python file")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise RewardLoadError(
+            f"reward '{spec}': importing {path} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    return module
+
+
+def _load_module(module_name: str, spec: str) -> ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise RewardLoadError(
+            f"reward '{spec}': cannot import module '{module_name}' ({exc}); "
+            "check the name and that it is on PYTHONPATH, or give 'path/to/file.py:function'"
+        ) from exc
+
+
+def resolve_reward(spec: str) -> Callable:
+    """The reward callable named by ``spec``.
+
+    Accepted forms: a built-in name (see ``REWARDS.names()``), ``"package.module:function"``,
+    or ``"path/to/file.py:function"`` (path relative to the working directory or absolute).
+    """
+    if spec in REWARDS:
+        return REWARDS.get(spec)
+    if ":" not in spec:
+        raise RewardLoadError(
+            f"unknown reward '{spec}'; use a built-in ({', '.join(REWARDS.names())}), "
+            "'package.module:function', or 'path/to/file.py:function'"
+        )
+    source, _, attr = spec.rpartition(":")
+    if not source or not attr:
+        raise RewardLoadError(
+            f"reward '{spec}': expected 'package.module:function' or 'path/to/file.py:function'"
+        )
+    is_file = source.endswith(".py") or "/" in source or "\\" in source
+    module = _load_file(source, spec) if is_file else _load_module(source, spec)
+    if not hasattr(module, attr):
+        public = sorted(
+            n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+        )
+        raise RewardLoadError(
+            f"reward '{spec}': {source} has no function '{attr}' "
+            f"(callables there: {', '.join(public) or 'none'})"
+        )
+    fn = getattr(module, attr)
+    if not callable(fn):
+        raise RewardLoadError(
+            f"reward '{spec}': '{attr}' in {source} is a {type(fn).__name__}, not a function"
+        )
+    return fn

@@ -1,0 +1,118 @@
+"""The learning half of a step: micro-batched forward/backward of the GRPO objective.
+
+A rollout batch of B rows is cut into micro-batches; each is trimmed of all-pad columns,
+scored by the policy (and the reference when beta > 0), and its loss is normalised by the
+whole batch's sequence and token counts, so accumulating gradients over micro-batches gives
+exactly the full-batch gradient.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from grpokit.algos.losses import LossInputs
+from grpokit.algos.objective import grpo_objective
+from grpokit.model.logprobs import completion_logprobs
+from grpokit.rollout.types import RolloutBatch
+
+
+@dataclass
+class Objective:
+    """The registered variants of a run, resolved to callables, and their options."""
+
+    policy_loss: Callable
+    aggregate: Callable
+    kl_estimator: Optional[Callable]
+    beta: float
+    loss_options: dict
+    max_len: int
+
+
+def trim(batch: RolloutBatch) -> RolloutBatch:
+    """Drop prompt columns that are padding in every row and completion columns past the longest."""
+    keep_p = batch.prompt_mask.any(0).nonzero()
+    start = int(keep_p[0]) if len(keep_p) else 0
+    end = int(batch.completion_mask.sum(-1).max().clamp(min=1))
+    batch.prompt_ids, batch.prompt_mask = batch.prompt_ids[:, start:], batch.prompt_mask[:, start:]
+    batch.completion_ids, batch.completion_mask = batch.completion_ids[:, :end], batch.completion_mask[:, :end]
+    batch.sampling_logp = batch.sampling_logp[:, :end]
+    return batch
+
+
+def micro_batches(batch: RolloutBatch, size: int) -> list[tuple[slice, RolloutBatch]]:
+    return [(slice(s, s + size), trim(batch.select(slice(s, s + size)))) for s in range(0, len(batch), size)]
+
+
+@torch.no_grad()
+def score_logprobs(
+    model: torch.nn.Module, parts: list[tuple[slice, RolloutBatch]], temperature: float, ctx=None
+) -> list[torch.Tensor]:
+    """Log-probs ``[b, t]`` of every micro-batch under ``model`` without gradient (old or ref policy)."""
+    out = []
+    with ctx if ctx is not None else nullcontext():
+        for _, mb in parts:
+            logp, _ = completion_logprobs(
+                model, mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask, temperature=temperature
+            )
+            out.append(logp)
+    return out
+
+
+def accumulate_gradients(
+    model: torch.nn.Module,
+    parts: list[tuple[slice, RolloutBatch]],
+    adv: torch.Tensor,
+    loss_mask: torch.Tensor,
+    objective: Objective,
+    *,
+    temperature: float,
+    old_logps: Optional[list[torch.Tensor]] = None,
+    ref_logps: Optional[list[torch.Tensor]] = None,
+    want_entropy: bool = True,
+) -> dict[str, float]:
+    """Backward the objective over all micro-batches (gradients accumulate in ``.grad``).
+
+    adv: [B] advantages; loss_mask: [B, T_full] (completion mask, possibly minus truncated rows).
+    Returns metrics averaged over micro-batches, weighted by their token counts.
+    """
+    num_seqs = float(len(adv))
+    num_tokens = float(loss_mask.sum().clamp(min=1))
+    totals: dict[str, float] = {}
+    weight_sum = 0.0
+    for k, (rows, mb) in enumerate(parts):
+        t = mb.completion_ids.shape[1]
+        mask = loss_mask[rows, :t].to(torch.float32)
+        logp, entropy = completion_logprobs(
+            model, mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask,
+            temperature=temperature, with_entropy=want_entropy,
+        )
+        inp = LossInputs(
+            logp=logp,
+            old_logp=old_logps[k] if old_logps is not None else logp.detach(),
+            adv=adv[rows],
+            mask=mask,
+            ref_logp=ref_logps[k] if ref_logps is not None else None,
+            entropy=entropy,
+        )
+        loss, metrics = grpo_objective(
+            inp,
+            policy_loss=objective.policy_loss,
+            aggregate=objective.aggregate,
+            kl_estimator=objective.kl_estimator,
+            beta=objective.beta,
+            loss_options=objective.loss_options,
+            num_seqs=num_seqs,
+            num_tokens=num_tokens,
+            max_len=objective.max_len,
+        )
+        loss.backward()
+        w = float(mask.sum())
+        weight_sum += w
+        totals["loss"] = totals.get("loss", 0.0) + float(loss)
+        for key, value in metrics.items():
+            totals[key] = totals.get(key, 0.0) + float(value) * w
+    return {k: (v if k == "loss" else v / max(weight_sum, 1.0)) for k, v in totals.items()}

@@ -1,0 +1,250 @@
+"""The GRPO training loop, top to bottom: rollout -> rewards -> advantages -> learn.
+
+Departures from DeepSeekMath GRPO (arXiv 2402.03300) are all config: the advantage, loss,
+aggregation and KL estimator are registry names; mu = ``algorithm.num_iterations`` optimizer
+steps reuse one rollout batch (old log-probs are recomputed once before the first update when
+mu > 1, and are the detached current log-probs when mu = 1, where the ratio is exactly 1).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from grpokit.config.loading import dump_yaml
+from grpokit.config.schema import Config
+from grpokit.data.sampler import PromptSampler
+from grpokit.registries import get_registry
+from grpokit.rewards import score_completions
+from grpokit.rollout.hf import HFBackend
+from grpokit.rollout.types import SamplingParams
+from grpokit.trainer import checkpoint as ckpt_io
+from grpokit.trainer import setup
+from grpokit.trainer.evaluation import evaluate_accuracy
+from grpokit.trainer.learner import Objective, accumulate_gradients, micro_batches, score_logprobs
+from grpokit.trainer.metrics import RunLogger
+from grpokit.trainer.progress import StepProgress
+
+log = logging.getLogger(__name__)
+
+
+class Trainer:
+    """Wires the stages of a run; holds no algorithm logic of its own."""
+
+    def __init__(self, cfg: Config, model: Optional[torch.nn.Module] = None, tokenizer: Any = None) -> None:
+        self.cfg = cfg
+        if cfg.model.threads:
+            torch.set_num_threads(cfg.model.threads)
+        setup.seed_everything(cfg.train.seed)
+        self.run_dir = Path(cfg.logging.output_dir)
+        self.splits = setup.build_splits(cfg.data)
+        self.rewards = setup.build_rewards(cfg.rewards)
+        judge = cfg.eval.accuracy_reward or self.rewards[0].name
+        matches = [r for r in self.rewards if r.name == judge]
+        if not matches:
+            raise ValueError(f"eval.accuracy_reward '{judge}' is not one of the run's rewards: {[r.name for r in self.rewards]}")
+        self.judge = matches[0]
+        if model is None:
+            model, tokenizer = setup.load_policy(cfg)
+        elif cfg.model.lora.enabled and not hasattr(model, "peft_config"):
+            from grpokit.model.lora import apply_lora
+
+            model = apply_lora(model, cfg.model.lora)
+        self.model, self.tokenizer = model, tokenizer
+        self.ref_model = self._reference_model()
+        self.backend = HFBackend(self.model, self.tokenizer)
+        self.optimizer = setup.build_optimizer(self.model, cfg.optim)
+        self.scheduler = setup.build_scheduler(self.optimizer, cfg.optim, cfg.train.steps)
+        self.sampler = PromptSampler(self.splits.train, cfg.data.seed)
+        algo = cfg.algorithm
+        self.advantage_fn = get_registry("advantage").get(algo.advantage)
+        self.objective = Objective(
+            policy_loss=get_registry("loss").get(algo.loss),
+            aggregate=get_registry("aggregation").get(algo.aggregation),
+            kl_estimator=get_registry("kl").get(algo.kl) if algo.beta > 0 else None,
+            beta=algo.beta,
+            loss_options={"epsilon_low": algo.epsilon_low, "epsilon_high": algo.epsilon_high},
+            max_len=cfg.rollout.max_new_tokens,
+        )
+        self.step = 0
+        self.logger = RunLogger(self.run_dir, tensorboard=cfg.logging.tensorboard)
+
+    # ------------------------------------------------------------------ setup helpers
+    def _reference_model(self) -> Optional[torch.nn.Module]:
+        """Frozen copy of the initial policy, only when beta > 0 (LoRA: the adapter is disabled instead)."""
+        if self.cfg.algorithm.beta <= 0 or hasattr(self.model, "peft_config"):
+            return None
+        ref = copy.deepcopy(self.model).eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        return ref
+
+    def _ref_context(self):
+        return self.model.disable_adapter() if hasattr(self.model, "peft_config") else None
+
+    def _prompt_texts(self, rows: list[dict]) -> list[str]:
+        return setup.render_all(self.tokenizer, rows, self.cfg.data.system_prompt)
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self) -> dict[str, float]:
+        """Sample, score, compute advantages and update; returns the step's metrics."""
+        cfg, algo = self.cfg, self.cfg.algorithm
+        t0 = time.perf_counter()
+        rows = self.sampler.next_batch(cfg.rollout.prompts_per_step)
+        params = SamplingParams(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)
+        batch = self.backend.generate(self._prompt_texts(rows), rows, cfg.rollout.group_size, params)
+        t_gen = time.perf_counter() - t0
+
+        scores = score_completions(self.rewards, batch.prompts, batch.completions, batch.columns(), on_error=cfg.train.on_reward_error)
+        adv, adv_metrics = self.advantage_fn(
+            scores.total, batch.group_ids, scale=algo.scale, std_mode=algo.std_mode, std_eps=algo.std_eps
+        )
+        loss_mask = batch.completion_mask.clone()
+        if algo.mask_truncated:
+            loss_mask[batch.truncated] = 0
+
+        t1 = time.perf_counter()
+        self.model.train()
+        parts = micro_batches(batch, cfg.train.micro_batch_size)
+        temperature = cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0
+        old = score_logprobs(self.model, parts, temperature) if algo.num_iterations > 1 else None
+        ref = None
+        if algo.beta > 0:
+            ref = score_logprobs(self.ref_model or self.model, parts, temperature, ctx=self._ref_context())
+        learn: dict[str, float] = {}
+        for _ in range(algo.num_iterations):
+            learn = accumulate_gradients(
+                self.model, parts, adv, loss_mask, self.objective, temperature=temperature, old_logps=old, ref_logps=ref
+            )
+            learn["grad_norm"] = self._optimizer_step()
+        t_learn = time.perf_counter() - t1
+        self.step += 1
+        gen_tokens = float(batch.completion_mask.sum())
+        metrics = {
+            **self._reward_metrics(scores),
+            **{k: float(v) for k, v in adv_metrics.items()},
+            **learn,
+            "lr": self.scheduler.get_last_lr()[0],
+            "completion_len/mean": gen_tokens / len(batch),
+            "completion_len/max": float(batch.completion_mask.sum(-1).max()),
+            "truncated_frac": float(batch.truncated.float().mean()),
+            "tokens_per_s": gen_tokens / max(t_gen, 1e-9),
+            "time/generation_s": t_gen,
+            "time/learn_s": t_learn,
+            "time/step_s": time.perf_counter() - t0,
+        }
+        self._log_samples(batch, scores, adv)
+        return metrics
+
+    def _optimizer_step(self) -> float:
+        clip = self.cfg.optim.max_grad_norm
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def _reward_metrics(self, scores) -> dict[str, float]:
+        m = {"reward/mean": float(scores.total.mean()), "reward/std": float(scores.total.std())}
+        for name, values in scores.per_reward.items():
+            valid = values[~values.isnan()]
+            m[f"reward/{name}/mean"] = float(valid.mean()) if len(valid) else float("nan")
+            m[f"reward/{name}/std"] = float(valid.std()) if len(valid) > 1 else 0.0
+        for name, count in scores.failures.items():
+            m[f"reward/{name}/failures"] = float(count)
+        m["accuracy"] = float((scores.per_reward[self.judge.name].nan_to_num(0.0) >= 1.0).float().mean())
+        return m
+
+    def _log_samples(self, batch, scores, adv) -> None:
+        n = self.cfg.logging.samples_per_table
+        every = self.cfg.logging.log_samples_every
+        # one completion from each of the first n groups
+        idx = [int((batch.group_ids == g).nonzero()[0]) for g in range(min(n, int(batch.group_ids.max()) + 1))]
+        samples = [
+            {
+                "prompt": batch.prompts[i],
+                "completion": batch.completions[i],
+                "rewards": {k: float(v[i]) for k, v in scores.per_reward.items()},
+                "advantage": float(adv[i]),
+            }
+            for i in idx
+        ]
+        self.logger.log_samples(self.step, samples)
+        if every and self.step % every == 0:
+            self.logger.print_samples_table(self.step, samples, list(scores.per_reward))
+
+    # ------------------------------------------------------------------ eval, checkpoints
+    def evaluate(self, label: str) -> dict[str, float]:
+        rows = self.splits.heldout
+        if not rows:
+            return {}
+        e = self.cfg.eval
+        result = evaluate_accuracy(
+            self.backend, rows, self._prompt_texts(rows), self.judge, batch_size=e.batch_size, max_new_tokens=e.max_new_tokens
+        )
+        self.logger.log_eval(self.step, label, result)
+        log.info("held-out accuracy (%s, step %d): %.3f on %d", label, self.step, result["accuracy"], result["n"])
+        return result
+
+    def save(self) -> Path:
+        return ckpt_io.save_checkpoint(
+            self.run_dir / "checkpoints",
+            self.step,
+            model=self.model,
+            tokenizer=self.tokenizer,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            state={"sampler": self.sampler.state(), "elapsed_s": self.elapsed},
+            keep=self.cfg.logging.keep_checkpoints,
+            merged=self.cfg.model.lora.save_merged,
+        )
+
+    def resume(self) -> bool:
+        """Load the latest checkpoint of ``output_dir`` if any; True when resumed."""
+        ckpt = ckpt_io.latest_checkpoint(self.run_dir / "checkpoints")
+        if ckpt is None:
+            return False
+        ckpt_io.load_model_weights(self.model, ckpt)
+        state = ckpt_io.load_training_state(ckpt, self.optimizer, self.scheduler)
+        self.sampler.load_state(state["sampler"])
+        self.step = state["step"]
+        self.elapsed = state.get("elapsed_s", 0.0)
+        self.logger.truncate_after(self.step)
+        log.info("resumed from %s (step %d)", ckpt, self.step)
+        return True
+
+    # ------------------------------------------------------------------ the run
+    def train(self, resume: bool = False) -> dict[str, Any]:
+        """Run eval-before, the training steps (with checkpoints), eval-after and the report."""
+        cfg = self.cfg
+        self.elapsed = 0.0
+        resumed = self.resume() if resume else False
+        (self.run_dir / "config.yaml").write_text(dump_yaml(cfg))
+        before = self.evaluate("before") if cfg.eval.before and not resumed else None
+        progress = StepProgress(cfg.train.steps, enabled=cfg.logging.progress, start=self.step)
+        with progress:
+            while self.step < cfg.train.steps:
+                t0 = time.perf_counter()
+                metrics = self.train_step()
+                self.elapsed += time.perf_counter() - t0
+                metrics["time/elapsed_s"] = self.elapsed
+                self.logger.log_metrics(self.step, metrics)
+                progress.update(self.step, metrics)
+                if cfg.eval.every and self.step % cfg.eval.every == 0 and self.step < cfg.train.steps:
+                    self.evaluate("during")
+                if cfg.logging.checkpoint_every and self.step % cfg.logging.checkpoint_every == 0:
+                    self.save()
+        if not cfg.logging.checkpoint_every or self.step % cfg.logging.checkpoint_every:
+            self.save()
+        after = self.evaluate("after") if cfg.eval.after else None
+        self.logger.close()
+        from grpokit.trainer.report import write_report
+
+        report = write_report(self.run_dir)
+        return {"before": before, "after": after, "train_minutes": self.elapsed / 60, "steps": self.step, "report": str(report)}

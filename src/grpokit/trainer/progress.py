@@ -1,0 +1,36 @@
+"""A rich progress bar for training steps (step, reward, accuracy, KL, seconds/step)."""
+
+from __future__ import annotations
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+
+class StepProgress:
+    """Context manager around rich.Progress; a no-op when disabled."""
+
+    def __init__(self, total: int, enabled: bool = True, start: int = 0) -> None:
+        self.enabled = enabled
+        self.progress = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            disable=not enabled,
+        )
+        self.task = self.progress.add_task("train", total=total, completed=start, stats="")
+
+    def __enter__(self) -> "StepProgress":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
+
+    def update(self, step: int, m: dict[str, float]) -> None:
+        stats = f"reward {m.get('reward/mean', 0):.3f} acc {m.get('accuracy', 0):.2f}"
+        if "kl" in m:
+            stats += f" kl {m['kl']:.4f}"
+        stats += f" {m.get('time/step_s', 0):.1f}s/step"
+        self.progress.update(self.task, completed=step, stats=stats)

@@ -1,0 +1,56 @@
+"""Tests for grpokit.data.answers."""
+
+import pytest
+
+from grpokit.data.answers import extract_answer_number, normalize_number, numbers_equal
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("7 + 8 = 15", "15"),
+        ("The answer is 42.", "42"),
+        ("2 * 3 = **6**", "6"),
+        ("I think 12 then 13", "13"),
+        ("= -4", "-4"),
+        ("no number", None),
+        ("", None),
+        ("37 + 45 = 82. Double-checking: 80 + 2.", "82"),  # first "=" wins over last number
+        ("THE ANSWER IS 7", "7"),
+        ("The total is $1,234.", "1234"),
+        ("x = 82.0", "82"),
+        ("It is 2.50 dollars", "2.5"),
+        ("The answer is: 5 apples and 3 pears", "5"),
+        ("What is 37 + 45? 37 + 45 = 82", "82"),  # "is 37 + 45" starts an expression: skipped
+        ("This is hard. Maybe 5 - 9", "9"),  # "is" not followed by a number: last number
+        ("temperature drops to -3", "-3"),
+        ("answer =\n **$ 12**", "12"),
+    ],
+)
+def test_extract_answer_number(text, expected):
+    assert extract_answer_number(text) == expected
+
+
+def test_normalize_number():
+    assert normalize_number("1,234") == "1234"
+    assert normalize_number("82.0") == "82"
+    assert normalize_number("-0.0") == "0"
+    assert normalize_number("3.140") == "3.14"
+
+
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [
+        ("82", "82.0", True),
+        ("1,234", "1234", True),
+        ("0.1", "0.1000001", True),  # |diff| = 1e-7 <= 1e-6
+        ("0.1", "0.100002", False),  # |diff| = 2e-6 > 1e-6
+        ("12345678901234567", "12345678901234568", False),  # exact for large ints
+        ("-4", "4", False),
+        ("abc", "1", False),
+        ("nan", "nan", False),
+        ("inf", "inf", False),
+    ],
+)
+def test_numbers_equal(a, b, expected):
+    assert numbers_equal(a, b) is expected
