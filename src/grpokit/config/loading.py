@@ -106,7 +106,7 @@ def _coerce(value: Any, tp: Any, where: str, meta: dict) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"{where} must be a mapping of fields, got {value!r}")
-        return from_dict(tp, value, where)
+        return from_dict(tp, value, f"{where}.")
     if tp is list:
         if not isinstance(value, list):
             raise ConfigError(f"{where} must be a list, got {value!r}")

@@ -162,6 +162,7 @@ class LoggingConfig:
 class Config:
     """A whole grpokit run."""
 
+    description: str = opt("", "free text describing the run or preset")
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"doc": "policy model"})
     data: DataConfig = field(default_factory=DataConfig, metadata={"doc": "prompts"})
     rollout: RolloutConfig = field(default_factory=RolloutConfig, metadata={"doc": "sampling"})

@@ -173,12 +173,12 @@ def countdown_equation(
     target: Sequence | None = None,
     **kwargs: Any,
 ) -> list[float | None]:
-    """1.0 if the expression after the last "Answer:" uses the given numbers at most once each
-    and evaluates to ``target``, else 0.0.
+    """1.0 if the final expression uses only the given numbers (each once) and equals target.
 
-    Uses columns ``numbers`` and ``target``. Only digits, + - * / ( ) and spaces are allowed;
-    the expression is parsed with ``ast`` and evaluated exactly with fractions, never ``eval``.
-    Text after an "=" is ignored ("(3 + 4) * 2 = 14" checks "(3 + 4) * 2").
+    The expression is the text after the last "Answer:" (else the last line); columns
+    ``numbers`` and ``target`` give the numbers and goal. Only digits, + - * / ( ) and spaces
+    are allowed; the expression is parsed with ``ast`` and evaluated exactly with fractions,
+    never ``eval``. Text after an "=" is ignored ("(3 + 4) * 2 = 14" checks "(3 + 4) * 2").
     """
     n = len(completions)
     numbers = _require("countdown_equation", "numbers", numbers, n)

@@ -1,4 +1,4 @@
-"""Resolve a reward spec from the config (a built-in name, "module:function", "file.py:function")."""
+"""Resolve a config reward spec: a built-in name, "module:function" or "file.py:function"."""
 
 from __future__ import annotations
 

@@ -112,7 +112,7 @@ def accumulate_gradients(
         loss.backward()
         w = float(mask.sum())
         weight_sum += w
-        totals["loss"] = totals.get("loss", 0.0) + float(loss)
+        totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
         for key, value in metrics.items():
             totals[key] = totals.get(key, 0.0) + float(value) * w
     return {k: (v if k == "loss" else v / max(weight_sum, 1.0)) for k, v in totals.items()}

@@ -1,0 +1,106 @@
+"""Tiny, fully offline models and tokenizers for tests.
+
+``tiny_model_and_tokenizer`` builds a randomly initialised ``LlamaForCausalLM`` (tied embeddings,
+like SmolLM2) and a character-level tokenizer over printable ASCII, constructed in code with the
+``tokenizers`` library, so tests never touch the network or a cache. The tokenizer speaks ChatML
+(``<|im_start|>role\\n…<|im_end|>\\n``) like SmolLM2-Instruct, pads on the left, and ends
+sequences with ``<|im_end|>``.
+"""
+
+from __future__ import annotations
+
+import os
+import string
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+PAD, BOS, EOS, UNK = "<pad>", "<|im_start|>", "<|im_end|>", "<unk>"
+SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)  # ids 0, 1, 2, 3
+CHARS = string.printable  # 100 characters, including "\n" and " "
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """A character-level ChatML tokenizer: 4 special tokens + 100 printable ASCII characters.
+
+    Ids: ``<pad>`` 0, ``<|im_start|>`` 1 (bos), ``<|im_end|>`` 2 (eos), ``<unk>`` 3 (any
+    non-ASCII character), then ``string.printable`` in order. Decoding concatenates characters.
+    """
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + tuple(CHARS))}
+    # BPE with no merges splits every word into single characters; no pre-tokenizer, so spaces
+    # and newlines are ordinary characters and decoding is a plain concatenation.
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK))
+    backend.decoder = decoders.Fuse()
+    backend.add_special_tokens(list(SPECIAL_TOKENS))
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token=PAD,
+        bos_token=BOS,
+        eos_token=EOS,
+        unk_token=UNK,
+        padding_side="left",
+        model_max_length=1024,
+        chat_template=CHAT_TEMPLATE,
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def tiny_model_and_tokenizer(
+    seed: int = 0, hidden: int = 32, layers: int = 2
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    """A tiny random Llama (tied embeddings, fp32) and ``tiny_tokenizer()``, fixed by ``seed``.
+
+    ``hidden`` must be a multiple of 4 (4 attention heads, 2 key/value heads). The global torch
+    RNG is left untouched.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if hidden <= 0 or hidden % 4:
+        raise ValueError(f"hidden={hidden} must be a positive multiple of 4 (4 attention heads)")
+    tokenizer = tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        dtype="float32",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model, tokenizer
+
+
+def save_tiny_model(directory: str | os.PathLike[str], seed: int = 0, **kwargs: int) -> str:
+    """Save ``tiny_model_and_tokenizer(seed, **kwargs)`` with save_pretrained; returns the dir."""
+    model, tokenizer = tiny_model_and_tokenizer(seed=seed, **kwargs)
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)

@@ -1,0 +1,43 @@
+"""The learner scores exactly what the sampler produced."""
+
+import torch
+
+from grpokit.model.logprobs import completion_logprobs, token_logprobs_from_logits
+from grpokit.rollout.hf import HFBackend, completion_mask_from_eos
+from grpokit.rollout.types import SamplingParams
+from grpokit.testing import tiny_model_and_tokenizer
+
+
+def test_completion_mask_from_eos():
+    ids = torch.tensor([[5, 6, 2, 7], [5, 6, 7, 8], [2, 9, 9, 9]])
+    mask, truncated = completion_mask_from_eos(ids, [2])
+    assert mask.tolist() == [[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
+    assert truncated.tolist() == [False, True, False]
+
+
+def test_chunked_logprobs_equal_full_log_softmax():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 10, 17, requires_grad=True)
+    targets = torch.randint(0, 17, (3, 10))
+    logp, ent = token_logprobs_from_logits(logits, targets, chunk=3, with_entropy=True)
+    full = torch.log_softmax(logits, -1)
+    torch.testing.assert_close(logp, full.gather(-1, targets.unsqueeze(-1)).squeeze(-1))
+    torch.testing.assert_close(ent, -(full.exp() * full).sum(-1))
+    g1 = torch.autograd.grad(logp.sum(), logits)[0]
+    g2 = torch.autograd.grad(full.gather(-1, targets.unsqueeze(-1)).sum(), logits)[0]
+    torch.testing.assert_close(g1, g2)
+
+
+def test_learner_logprobs_match_sampling_logprobs():
+    torch.manual_seed(0)
+    model, tok = tiny_model_and_tokenizer(seed=1)
+    backend = HFBackend(model, tok)
+    rows = [{"prompt": "a"}, {"prompt": "a much longer prompt"}]
+    texts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False, add_generation_prompt=True) for r in rows]
+    batch = backend.generate(texts, rows, 3, SamplingParams(max_new_tokens=8, temperature=0.7))
+    assert batch.completion_ids.shape[0] == 6 and batch.group_ids.tolist() == [0, 0, 0, 1, 1, 1]
+    with torch.no_grad():
+        logp, _ = completion_logprobs(
+            model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask, temperature=0.7
+        )
+    torch.testing.assert_close(logp, batch.sampling_logp, atol=1e-4, rtol=1e-4)
