@@ -41,3 +41,25 @@ def test_learner_logprobs_match_sampling_logprobs():
             model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask, temperature=0.7
         )
     torch.testing.assert_close(logp, batch.sampling_logp, atol=1e-4, rtol=1e-4)
+
+
+def test_shared_prompt_path_equals_full_path_values_and_grads():
+    torch.manual_seed(0)
+    model, tok = tiny_model_and_tokenizer(seed=2)
+    backend = HFBackend(model, tok)
+    rows = [{"prompt": "a"}, {"prompt": "a much longer prompt"}, {"prompt": "mid size"}]
+    texts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False, add_generation_prompt=True) for r in rows]
+    b = backend.generate(texts, rows, 3, SamplingParams(max_new_tokens=7, temperature=1.0))
+    args = (b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask)
+    weights = torch.randn(b.completion_ids.shape)
+
+    def run(share):
+        model.zero_grad(set_to_none=True)
+        logp, _ = completion_logprobs(model, *args, group_ids=b.group_ids, share_prompt=share)
+        (logp * weights).sum().backward()
+        return logp.detach(), torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    lp_full, g_full = run(False)
+    lp_shared, g_shared = run(True)
+    torch.testing.assert_close(lp_shared, lp_full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(g_shared, g_full, atol=1e-5, rtol=1e-5)

@@ -128,6 +128,7 @@ class TrainConfig:
     """Length of the run, micro-batching and reproducibility."""
 
     steps: int = opt(60, "training steps (rollout + update each)", ge=1)
+    max_minutes: float = opt(0.0, "stop training after this many wall-clock minutes (0 = no limit); the run still checkpoints and evaluates", ge=0)
     micro_batch_size: int = opt(8, "completions per forward/backward (gradient accumulation)", ge=1)
     seed: int = opt(0, "seed of sampling and initialisation")
     on_reward_error: str = opt("raise", "a reward that raises: stop ('raise') or score 0 and count ('zero')", choices=["raise", "zero"])

@@ -1,9 +1,16 @@
-"""Sampling with Hugging Face transformers' ``generate`` (CPU or GPU)."""
+"""Sampling with a Hugging Face transformers causal LM (CPU or GPU), prompt prefilled once per group.
+
+The decode loop is our own rather than ``model.generate``: each prompt is prefilled once and its
+KV cache is shared by the G completions of its group, finished rows are dropped from the batch
+as soon as they emit EOS, and the log-prob of every sampled token under the sampling
+distribution (temperature, top-k, top-p applied) is recorded on the way.
+"""
 
 from __future__ import annotations
 
 import torch
 
+from grpokit.model.logprobs import _cache_kwarg
 from grpokit.rollout.types import RolloutBatch, SamplingParams
 
 
@@ -12,13 +19,37 @@ def completion_mask_from_eos(completion_ids: torch.Tensor, eos_ids: list[int]) -
 
     Rows without any EOS are truncated (they hit the length cap) and keep every token.
     """
-    is_eos = torch.zeros_like(completion_ids, dtype=torch.bool)
-    for e in eos_ids:
-        is_eos |= completion_ids == e
+    is_eos = torch.isin(completion_ids, torch.tensor(eos_ids))
     seen_before = (is_eos.cumsum(-1) - is_eos.long()) > 0  # an EOS strictly earlier
     mask = (~seen_before).long()
     truncated = ~is_eos.any(-1)
     return mask, truncated
+
+
+def sampling_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The logits ``[N, V]`` of the sampling distribution: / temperature, then top-k, then top-p."""
+    logits = logits.float() / params.temperature
+    if params.top_k and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        cum = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
+        drop_sorted = cum - torch.softmax(sorted_logits, dim=-1) >= params.top_p  # keep the token that crosses p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def next_tokens(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample (or argmax) one token per row; returns (tokens [N], log-prob under the sampler [N])."""
+    if params.greedy:
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        tok = logp.argmax(-1)
+    else:
+        logp = torch.log_softmax(sampling_logits(logits, params), dim=-1)
+        tok = torch.multinomial(logp.exp(), 1).squeeze(-1)
+    return tok, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
 
 
 class HFBackend:
@@ -27,10 +58,44 @@ class HFBackend:
     def __init__(self, model: torch.nn.Module, tokenizer) -> None:
         self.model = model
         self.tokenizer = tokenizer
-        eos = model.generation_config.eos_token_id
+        eos = getattr(model.generation_config, "eos_token_id", None)
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos_ids = list(eos) if isinstance(eos, (list, tuple)) else [eos]
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+
+    @torch.no_grad()
+    def _decode(self, input_ids: torch.Tensor, attention: torch.Tensor, group_size: int, params: SamplingParams):
+        """Token ids ``[B, T]`` and sampler log-probs ``[B, T]`` (pad / 0 after a row's EOS)."""
+        model, key = self.model, _cache_kwarg(self.model)
+        n = input_ids.shape[0]
+        b = n * group_size
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1)
+        cache = getattr(out, "cache", None) or out.past_key_values
+        expand = torch.arange(n).repeat_interleave(group_size)
+        if group_size > 1:
+            cache.reorder_cache(expand)
+        logits = out.logits[expand, -1]  # [B, V]
+        attention, next_pos = attention[expand], positions[expand, -1] + 1
+        tokens = torch.full((b, params.max_new_tokens), self.pad_id, dtype=torch.long)
+        logps = torch.zeros(b, params.max_new_tokens)
+        active = torch.arange(b)  # rows still generating, in cache order
+        eos = torch.tensor(self.eos_ids)
+        for t in range(params.max_new_tokens):
+            tok, lp = next_tokens(logits, params)
+            tokens[active, t], logps[active, t] = tok, lp
+            alive = ~torch.isin(tok, eos)
+            if t == params.max_new_tokens - 1 or not bool(alive.any()):
+                break
+            if not bool(alive.all()):  # drop finished rows from the batch and the cache
+                keep = alive.nonzero().squeeze(-1)
+                cache.reorder_cache(keep)
+                active, tok, attention, next_pos = active[keep], tok[keep], attention[keep], next_pos[keep]
+            attention = torch.cat([attention, torch.ones(len(active), 1, dtype=attention.dtype)], dim=1)
+            out = model(input_ids=tok.unsqueeze(-1), attention_mask=attention, position_ids=next_pos.unsqueeze(-1), use_cache=True, **{key: cache})
+            logits = out.logits[:, -1]
+            next_pos = next_pos + 1
+        return tokens, logps
 
     @torch.no_grad()
     def generate(
@@ -40,30 +105,13 @@ class HFBackend:
         enc = self.tokenizer(prompt_texts, return_tensors="pt", padding=True, add_special_tokens=False)
         was_training = self.model.training
         self.model.eval()
-        kwargs = dict(
-            max_new_tokens=params.max_new_tokens,
-            num_return_sequences=group_size,
-            pad_token_id=self.pad_id,
-            eos_token_id=self.eos_ids,
-            return_dict_in_generate=True,
-            output_scores=True,
-        )
-        if params.greedy:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        else:
-            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or None)
-        out = self.model.generate(input_ids=enc.input_ids, attention_mask=enc.attention_mask, **kwargs)
-        if was_training:
-            self.model.train()
-        prompt_len = enc.input_ids.shape[1]
-        completion_ids = out.sequences[:, prompt_len:]  # [B, T]
-        # Per-token log-prob under the processed (temperature / top-p) distribution.
-        scores = torch.stack(out.scores, dim=1).float()  # [B, T, V]
-        sampling_logp = torch.log_softmax(scores, dim=-1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
-        del scores
+        try:
+            completion_ids, sampling_logp = self._decode(enc.input_ids, enc.attention_mask, group_size, params)
+        finally:
+            self.model.train(was_training)
         mask, truncated = completion_mask_from_eos(completion_ids, self.eos_ids)
-        completion_ids = torch.where(mask.bool(), completion_ids, torch.full_like(completion_ids, self.pad_id))
-        sampling_logp = sampling_logp.masked_fill(~mask.bool(), 0.0)
+        width = int(mask.sum(-1).max().clamp(min=1))
+        completion_ids, mask, sampling_logp = completion_ids[:, :width], mask[:, :width], sampling_logp[:, :width]
         group_ids = torch.arange(len(prompt_texts)).repeat_interleave(group_size)
         completions = self.tokenizer.batch_decode(
             [ids[m.bool()] for ids, m in zip(completion_ids, mask)], skip_special_tokens=True

@@ -56,7 +56,8 @@ def score_logprobs(
     with ctx if ctx is not None else nullcontext():
         for _, mb in parts:
             logp, _ = completion_logprobs(
-                model, mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask, temperature=temperature
+                model, mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask,
+                group_ids=mb.group_ids, temperature=temperature,
             )
             out.append(logp)
     return out
@@ -88,7 +89,7 @@ def accumulate_gradients(
         mask = loss_mask[rows, :t].to(torch.float32)
         logp, entropy = completion_logprobs(
             model, mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask,
-            temperature=temperature, with_entropy=want_entropy,
+            group_ids=mb.group_ids, temperature=temperature, with_entropy=want_entropy,
         )
         inp = LossInputs(
             logp=logp,

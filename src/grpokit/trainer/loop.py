@@ -228,18 +228,22 @@ class Trainer:
         (self.run_dir / "config.yaml").write_text(dump_yaml(cfg))
         before = self.evaluate("before") if cfg.eval.before and not resumed else None
         progress = StepProgress(cfg.train.steps, enabled=cfg.logging.progress, start=self.step)
+        budget_s = cfg.train.max_minutes * 60 if cfg.train.max_minutes else float("inf")
         with progress:
-            while self.step < cfg.train.steps:
+            while self.step < cfg.train.steps and self.elapsed < budget_s:
+                # elapsed = wall time of the training loop (steps, mid-run evals, checkpoints)
                 t0 = time.perf_counter()
                 metrics = self.train_step()
-                self.elapsed += time.perf_counter() - t0
-                metrics["time/elapsed_s"] = self.elapsed
+                metrics["time/elapsed_s"] = self.elapsed + time.perf_counter() - t0
                 self.logger.log_metrics(self.step, metrics)
                 progress.update(self.step, metrics)
                 if cfg.eval.every and self.step % cfg.eval.every == 0 and self.step < cfg.train.steps:
                     self.evaluate("during")
                 if cfg.logging.checkpoint_every and self.step % cfg.logging.checkpoint_every == 0:
                     self.save()
+                self.elapsed += time.perf_counter() - t0
+        if self.step < cfg.train.steps:
+            log.info("train.max_minutes=%s reached after %d steps", cfg.train.max_minutes, self.step)
         if not cfg.logging.checkpoint_every or self.step % cfg.logging.checkpoint_every:
             self.save()
         after = self.evaluate("after") if cfg.eval.after else None
