@@ -72,7 +72,6 @@ def _print_summary(summary: dict) -> None:
 
 
 def cmd_eval(args) -> int:
-    from grpokit.model.loading import load_model
     from grpokit.rollout.hf import HFBackend
     from grpokit.trainer import setup
     from grpokit.trainer.evaluation import evaluate_accuracy
@@ -156,6 +155,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     except user_errors as exc:
         print(f"grpokit: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("grpokit: interrupted; continue with the same command and --resume", file=sys.stderr)
+        return 130
     except ValueError as exc:
         if args.verbose:
             raise

@@ -53,3 +53,34 @@ def test_resume_reproduces_uninterrupted_run(tiny_cfg, tmp_path, monkeypatch):
             assert g[k] == pytest.approx(w[k], rel=1e-4, abs=1e-6), (g["step"], k)
     prompts = lambda rows: [(r["step"], r["prompt"]) for r in rows]  # noqa: E731
     assert prompts(records(run_dir, "samples.jsonl")) == prompts(records(ref_dir, "samples.jsonl"))
+
+
+def test_ctrl_c_mid_step_saves_a_resumable_checkpoint(tiny_cfg, tmp_path, monkeypatch):
+    common = {"train.steps": 4, "logging.checkpoint_every": 0, "optim.lr": 0.005}
+    ref_cfg = tiny_cfg(**common, **{"logging.output_dir": str(tmp_path / "ref")})
+    Trainer(ref_cfg, *tiny_model_and_tokenizer(seed=0)).train()
+
+    cfg = tiny_cfg(**common, **{"logging.output_dir": str(tmp_path / "int")})
+    trainer = Trainer(cfg, *tiny_model_and_tokenizer(seed=0))
+    real_generate = trainer.backend.generate
+    calls = {"n": 0}
+
+    def generate_then_interrupt(*args, **kwargs):
+        calls["n"] += 1
+        out = real_generate(*args, **kwargs)  # consumes RNG and data like a real step
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return out
+
+    monkeypatch.setattr(trainer.backend, "generate", generate_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    assert (tmp_path / "int" / "checkpoints" / "step-2").is_dir()
+
+    Trainer(cfg, *tiny_model_and_tokenizer(seed=0)).train(resume=True)
+    got = stable(records(tmp_path / "int", "metrics.jsonl"))
+    want = stable(records(tmp_path / "ref", "metrics.jsonl"))
+    assert [r["step"] for r in got] == [1, 2, 3, 4]
+    for g, w in zip(got, want):
+        for k in w:
+            assert g[k] == pytest.approx(w[k], rel=1e-4, abs=1e-6), (g["step"], k)

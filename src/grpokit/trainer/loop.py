@@ -8,6 +8,7 @@ mu > 1, and are the detached current log-probs when mu = 1, where the ratio is e
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import time
@@ -72,6 +73,7 @@ class Trainer:
             max_len=cfg.rollout.max_new_tokens,
         )
         self.step = 0
+        self._step_start = None
         self.logger = RunLogger(self.run_dir, tensorboard=cfg.logging.tensorboard)
 
     # ------------------------------------------------------------------ setup helpers
@@ -95,6 +97,7 @@ class Trainer:
         """Sample, score, compute advantages and update; returns the step's metrics."""
         cfg, algo = self.cfg, self.cfg.algorithm
         t0 = time.perf_counter()
+        self._step_start = (self.sampler.state(), ckpt_io.rng_state())
         rows = self.sampler.next_batch(cfg.rollout.prompts_per_step)
         params = SamplingParams(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)
         batch = self.backend.generate(self._prompt_texts(rows), rows, cfg.rollout.group_size, params)
@@ -139,6 +142,7 @@ class Trainer:
             "time/step_s": time.perf_counter() - t0,
         }
         self._log_samples(batch, scores, adv)
+        self._step_start = None  # the step is complete: nothing to rewind
         return metrics
 
     def _optimizer_step(self) -> float:
@@ -219,6 +223,20 @@ class Trainer:
         log.info("resumed from %s (step %d)", ckpt, self.step)
         return True
 
+    @contextlib.contextmanager
+    def _checkpoint_on_interrupt(self):
+        """Ctrl-C saves the last completed step before leaving, so ``--resume`` loses nothing."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            if self.step > 0:
+                if self._step_start is not None:  # rewind data and RNG to the unfinished step's start
+                    self.sampler.load_state(self._step_start[0])
+                    ckpt_io.set_rng_state(self._step_start[1])
+                log.warning("interrupted: saving step %d to resume from (grpokit train ... --resume)", self.step)
+                self.save()
+            raise
+
     # ------------------------------------------------------------------ the run
     def train(self, resume: bool = False) -> dict[str, Any]:
         """Run eval-before, the training steps (with checkpoints), eval-after and the report."""
@@ -229,7 +247,7 @@ class Trainer:
         before = self.evaluate("before") if cfg.eval.before and not resumed else None
         progress = StepProgress(cfg.train.steps, enabled=cfg.logging.progress, start=self.step)
         budget_s = cfg.train.max_minutes * 60 if cfg.train.max_minutes else float("inf")
-        with progress:
+        with progress, self._checkpoint_on_interrupt():
             while self.step < cfg.train.steps and self.elapsed < budget_s:
                 # elapsed = wall time of the training loop (steps, mid-run evals, checkpoints)
                 t0 = time.perf_counter()

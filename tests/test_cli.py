@@ -1,0 +1,69 @@
+"""The command line, in process: user data + user reward, bad configs, list."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grpokit.cli import main
+from grpokit.testing import save_tiny_model
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+def test_train_on_user_jsonl_with_user_reward(tmp_path, tiny_dir, monkeypatch, capsys):
+    # The README's example, unchanged except for the model (tiny) and the run length.
+    shutil.copytree(EXAMPLES, tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    code = main([
+        "train", "examples/custom.yaml",
+        "--set", f"model.name={tiny_dir}",
+        "--set", "model.lora.target_modules=[q_proj, v_proj]",
+        "--set", "train.steps=2",
+        "--set", "logging.progress=false",
+    ])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "heldout_accuracy before=" in out.strip().splitlines()[-1]
+    metrics = [json.loads(l) for l in (tmp_path / "runs/custom/metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 2
+    assert "reward/capital_reward/mean" in metrics[0] and "reward/is_correct/mean" in metrics[0]
+    assert (tmp_path / "runs/custom/checkpoints/step-2/adapter_config.json").is_file()
+    assert (tmp_path / "runs/custom/report.md").is_file()
+    # the checkpoint evaluates through `grpokit eval`
+    code = main(["eval", "examples/custom.yaml", "--model", "runs/custom/checkpoints/step-2",
+                 "--set", f"model.name={tiny_dir}"])
+    assert code == 0
+    assert "accuracy=" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["train", "--set", "algorithm.epsilon_lo=0.1"], "did you mean 'algorithm.epsilon_low'"),
+        (["train", "missing.yaml"], "config file 'missing.yaml' does not exist"),
+        (["train", "--set", "train.steps=1", "--set", "data.task=null", "--set", "data.path=nope.jsonl", "--set", "model.name={tiny}"], "nope.jsonl"),
+        (["train", "--set", "rewards=[{name: nowhere.py:fn}]", "--set", "model.name={tiny}"], "nowhere.py"),
+        (["train", "--set", "model.name=/no/such/model"], "/no/such/model"),
+    ],
+)
+def test_user_errors_are_one_line(args, fragment, capsys, tiny_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = [a.replace("{tiny}", tiny_dir) for a in args]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err
+    assert len(err.splitlines()) == 1, err
+
+
+def test_list_shows_every_axis_and_presets(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ["grpo", "ppo_clip", "seq_mean_token_mean", "k3", "answer_match", "arithmetic", "demo"]:
+        assert name in out
