@@ -14,6 +14,8 @@ _LOCATIONS = {
     "loss": ("grpokit.algos.losses", "POLICY_LOSSES"),
     "aggregation": ("grpokit.algos.aggregation", "AGGREGATIONS"),
     "kl": ("grpokit.algos.kl", "KL_ESTIMATORS"),
+    "token_weights": ("grpokit.algos.token_weights", "TOKEN_WEIGHTS"),
+    "filter": ("grpokit.algos.filters", "FILTERS"),
 }
 AXES = tuple(_LOCATIONS)
 

@@ -54,3 +54,13 @@ def test_singleton_group_raises_unless_allowed():
         grpo_advantage(r, g)
     adv, _ = grpo_advantage(r, g, allow_singleton_groups=True, std_eps=0.0)
     assert torch.allclose(adv, r)  # verl convention: mean 0, std 1
+
+
+def test_grpo_zero_variance_is_exact_for_non_representable_rewards():
+    # 0.1 is not exact in binary: the float mean of [0.1, 0.1, 0.1] differs from 0.1, but the
+    # group is still constant and must give exactly 0 (and be counted).
+    r = torch.tensor([0.1, 0.1, 0.1, 1.0, 0.0, 0.0])
+    g = torch.tensor([0, 0, 0, 1, 1, 1])
+    adv, m = ADVANTAGES.get("grpo")(r, g)
+    assert torch.equal(adv[:3], torch.zeros(3))
+    assert float(m["adv/zero_var_frac"]) == pytest.approx(0.5)
