@@ -16,6 +16,7 @@ _LOCATIONS = {
     "kl": ("grpokit.algos.kl", "KL_ESTIMATORS"),
     "token_weights": ("grpokit.algos.token_weights", "TOKEN_WEIGHTS"),
     "filter": ("grpokit.algos.filters", "FILTERS"),
+    "ratio": ("grpokit.algos.ratios", "RATIOS"),
 }
 AXES = tuple(_LOCATIONS)
 

@@ -317,3 +317,7 @@ def drpo_advantage(
     adv = scaled / (batch_std + std_eps)
     metrics.update(_zero_var_summary(adv, group_ids, zero_var))
     return adv, metrics
+
+
+# The trainer creates, passes and checkpoints the state of a stateful estimator.
+drpo_advantage.make_state = DRPOState  # type: ignore[attr-defined]

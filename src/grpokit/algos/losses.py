@@ -3,6 +3,8 @@
 Sign convention: loss = -objective (minimised). Every loss returns
 ``(per_token_loss [B, T], metrics)``; aggregation and the KL term are applied by
 :func:`grpokit.algos.objective.grpo_objective`, so a loss never sees the config.
+Variants live in their own modules (imported at the bottom of this file) and register into
+the same :data:`POLICY_LOSSES` registry.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Optional
 
 import torch
 
+from grpokit.algos.ratios import RATIOS
 from grpokit.registry import Registry
 
 POLICY_LOSSES = Registry("loss")
@@ -27,6 +30,22 @@ class LossInputs:
     mask:      [B, T] 1 = token counts in the loss
     ref_logp:  [B, T] log pi_ref, optional, no gradient
     entropy:   [B, T] policy entropy per position, optional
+
+    Optional inputs of particular variants (a loss whose extra input is absent drops the term
+    that needs it, so every loss also runs on the six fields above):
+    group_ids:     [B] int, the prompt each row came from (reg_grpo, disco*, kdrl 'group' mask);
+                   absent = the whole micro-batch is one group
+    rewards:       [B] scalar rewards (kdrl's reward-guided distillation mask)
+    teacher_logp:  [B, T] log pi_teacher of the sampled tokens, no gradient (kdrl)
+    aux_logp:      [B, T] log-probs of the same tokens from a second policy pass on a masked
+                   input (papo: image patches blackened), no gradient unless asked for
+    plan_mask:     [B, T] 1 = planning-span token; the rest of ``mask`` is the answer span
+                   (ratio 'span', ts_grpo)
+    verif_mask:    [B, T] 1 = self-verification token (grpo_verif); the rest of ``mask`` is the
+                   solution
+    verif_adv:     [B] advantages of the verification part (grpo_verif), no gradient
+    constraint_kl: [] token-mean of old_logp - logp over the whole optimizer batch at the
+                   current parameters, detached (disco's trust-region constraint D)
     """
 
     logp: torch.Tensor
@@ -35,37 +54,89 @@ class LossInputs:
     mask: torch.Tensor
     ref_logp: Optional[torch.Tensor] = None
     entropy: Optional[torch.Tensor] = None
+    group_ids: Optional[torch.Tensor] = None
+    rewards: Optional[torch.Tensor] = None
+    teacher_logp: Optional[torch.Tensor] = None
+    aux_logp: Optional[torch.Tensor] = None
+    plan_mask: Optional[torch.Tensor] = None
+    verif_mask: Optional[torch.Tensor] = None
+    verif_adv: Optional[torch.Tensor] = None
+    constraint_kl: Optional[torch.Tensor] = None
 
     def token_adv(self) -> torch.Tensor:
         """Advantages broadcast to ``[B, T]``."""
         return self.adv.unsqueeze(-1).expand_as(self.logp) if self.adv.dim() == 1 else self.adv
+
+    def seq_adv(self) -> torch.Tensor:
+        """Advantages per sequence ``[B]`` (the masked token mean when ``adv`` is ``[B, T]``)."""
+        return self.adv if self.adv.dim() == 1 else masked_row_mean(self.adv, self.mask)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
+def masked_row_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(1/|o_i|) sum_t m_it x_it per row, ``[B]`` (0 for an empty row)."""
+    return (x * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+def clipped_surrogate(
+    ratio: torch.Tensor, adv: torch.Tensor, epsilon_low: float, epsilon_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """-min(r A, clip(r, 1-eps_low, 1+eps_high) A) per token, and the 0/1 matrix of tokens the min clipped."""
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high) * adv
+    return -torch.minimum(unclipped, clipped), (clipped < unclipped).detach().to(ratio.dtype)
+
+
 @POLICY_LOSSES.register("ppo_clip")
 def ppo_clip_loss(
-    inp: LossInputs, *, epsilon_low: float = 0.2, epsilon_high: float = 0.2, **_: object
+    inp: LossInputs,
+    *,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    ratio: str = "token",
+    clip_ratio_c: Optional[float] = None,
+    **_: object,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate: -min(r A, clip(r, 1-eps_low, 1+eps_high) A), r = exp(logp - old).
 
     GRPO (arXiv 2402.03300) with DAPO's decoupled clip range (arXiv 2503.14476).
     A token whose ratio is clipped in the direction of its advantage gets zero gradient.
+
+    ``ratio`` names the importance ratio in :data:`grpokit.algos.ratios.RATIOS`: 'token'
+    (default), 'sequence' = GSPO ("Group Sequence Policy Optimization", arXiv 2507.18071; use
+    eps 3e-4 / 4e-4 and ``seq_mean_token_mean``, which then gives (1/G) sum_i of the
+    per-sequence term), 'span' = TS-GRPO's split (arXiv 2510.00186).
+    ``clip_ratio_c`` (default off): two-sided clip of INTELLECT-2 (arXiv 2505.07291), the ratio
+    is clamped to [0, c] before the min, so a token with r > c has zero gradient and, for A < 0,
+    loss c|A| instead of growing with r. For c >= 1 + eps_high this equals the dual clip of
+    Ye et al. (arXiv 1912.09729; verl's ``clip_ratio_c``).
     """
     adv = inp.token_adv().detach()
-    log_ratio = inp.logp - inp.old_logp.detach()
-    ratio = torch.exp(log_ratio)
-    unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high) * adv
-    loss = -torch.minimum(unclipped, clipped)
+    r = RATIOS.get(ratio)(inp)  # [B, T]
+    if clip_ratio_c is not None:
+        if clip_ratio_c <= 1.0:
+            raise ValueError(f"loss option clip_ratio_c must be > 1 (got {clip_ratio_c}); INTELLECT-2 uses 4")
+        dual = (r > clip_ratio_c).detach()
+        r = torch.clamp(r, max=clip_ratio_c)
+    loss, is_clipped = clipped_surrogate(r, adv, epsilon_low, epsilon_high)
     with torch.no_grad():
-        is_clipped = (clipped < unclipped).float()
         metrics = {
             "clip/frac": masked_mean(is_clipped, inp.mask),
-            "clip/low_frac": masked_mean(is_clipped * (ratio < 1.0 - epsilon_low).float(), inp.mask),
-            "clip/high_frac": masked_mean(is_clipped * (ratio > 1.0 + epsilon_high).float(), inp.mask),
-            "ratio/mean": masked_mean(ratio, inp.mask),
+            "clip/low_frac": masked_mean(is_clipped * (r < 1.0 - epsilon_low).float(), inp.mask),
+            "clip/high_frac": masked_mean(is_clipped * (r > 1.0 + epsilon_high).float(), inp.mask),
+            "ratio/mean": masked_mean(r, inp.mask),
         }
+        if clip_ratio_c is not None:
+            metrics["clip/dual_frac"] = masked_mean(dual.float(), inp.mask)
     return loss, metrics
+
+
+# Variants register into POLICY_LOSSES on import; keep these imports last (they import this module).
+import grpokit.algos.losses_extra  # noqa: E402,F401
+import grpokit.algos.reg_grpo  # noqa: E402,F401
+import grpokit.algos.disco  # noqa: E402,F401
+import grpokit.algos.kdrl  # noqa: E402,F401
+import grpokit.algos.papo  # noqa: E402,F401

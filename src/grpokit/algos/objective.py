@@ -25,17 +25,22 @@ def grpo_objective(
     num_seqs: Optional[float] = None,
     num_tokens: Optional[float] = None,
     max_len: Optional[int] = None,
+    kl_options: Optional[dict] = None,
+    token_weights: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Scalar loss of a micro-batch and its metrics (tensors, detached).
 
     ``num_seqs``/``num_tokens`` are the optimizer batch's totals so that gradient accumulation
-    over micro-batches sums to exactly the full-batch loss.
+    over micro-batches sums to exactly the full-batch loss. ``token_weights [B, T]`` (λ-GRPO,
+    forking tokens, …) multiply the per-token policy loss; the mask stays the normaliser.
     """
     per_token, metrics = policy_loss(inp, **(loss_options or {}))  # [B, T]
+    if token_weights is not None:
+        per_token = per_token * token_weights
     if beta > 0:
         if inp.ref_logp is None or kl_estimator is None:
             raise ValueError("beta > 0 needs ref_logp and a KL estimator")
-        kl = kl_estimator(inp.logp, inp.ref_logp.detach())  # [B, T]
+        kl = kl_estimator(inp.logp, inp.ref_logp.detach(), **(kl_options or {}))  # [B, T]
         per_token = per_token + beta * kl
         metrics["kl"] = masked_mean(kl.detach(), inp.mask)
     loss = aggregate(per_token, inp.mask, num_seqs=num_seqs, num_tokens=num_tokens, max_len=max_len)

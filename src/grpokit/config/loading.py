@@ -28,12 +28,16 @@ def preset_names() -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-def read_preset(name: str) -> dict:
-    """The raw dict of preset ``name``; unknown names list the valid ones."""
+def read_preset(name: str, _seen: tuple = ()) -> dict:
+    """The raw dict of preset ``name``, with the preset it builds on (its ``preset:`` key) merged under it."""
     if name not in preset_names():
         raise ConfigError(f"unknown preset '{name}'; choose one of: {', '.join(preset_names())}")
+    if name in _seen:
+        raise ConfigError(f"presets build on each other in a cycle: {' -> '.join(_seen + (name,))}")
     text = (resources.files("grpokit") / "presets" / f"{name}.yaml").read_text()
-    return yaml.safe_load(text) or {}
+    data = yaml.safe_load(text) or {}
+    base = data.pop("preset", None)
+    return merge(read_preset(base, _seen + (name,)), data) if base else data
 
 
 def read_yaml(path: str | Path) -> dict:

@@ -98,17 +98,26 @@ class AlgorithmConfig:
     """The GRPO axes: advantage, policy loss, aggregation, KL."""
 
     advantage: str = opt("grpo", "advantage estimator", registry="advantage")
+    advantage_options: dict = opt({}, "extra keyword options of the advantage (e.g. k for passk)")
     scale: str = opt("group", "advantage std scaling", choices=["group", "batch", "none"])
     std_mode: str = opt("unbiased", "std convention for scaling", choices=["unbiased", "population"])
     std_eps: float = opt(1e-6, "epsilon added to the std", ge=0)
     loss: str = opt("ppo_clip", "policy loss", registry="loss")
+    loss_options: dict = opt({}, "extra keyword options of the policy loss (see its docstring)")
+    ratio: str = opt("token", "importance ratio: token, sequence (GSPO) or span (TS-GRPO)", registry="ratio")
+    token_weights: str = opt("all", "per-token weights / selection multiplying the token loss", registry="token_weights")
+    token_weights_options: dict = opt({}, "extra keyword options of the token weighting (e.g. rho for forking)")
     epsilon_low: float = opt(0.2, "lower clip range (ratio >= 1 - eps_low)", ge=0)
     epsilon_high: float = opt(0.2, "upper clip range (ratio <= 1 + eps_high)", ge=0)
     aggregation: str = opt("seq_mean_token_mean", "how token losses become one number", registry="aggregation")
     kl: str = opt("k3", "KL estimator against the reference model", registry="kl")
+    kl_clamp: bool = opt(False, "clamp the KL log-ratio to [-20, 20] and k3 to [-10, 10] (verl low_var_kl)")
     beta: float = opt(0.0, "KL coefficient (0 = no reference model is loaded)", ge=0)
     num_iterations: int = opt(1, "mu: optimizer steps per rollout batch (old log-probs reused)", ge=1)
     mask_truncated: bool = opt(False, "exclude completions that hit max_new_tokens from the loss")
+    dynamic_sampling: bool = opt(False, "DAPO: drop groups whose rewards are all equal and sample more prompts to refill the batch")
+    max_sampling_rounds: int = opt(4, "dynamic sampling: at most this many generation rounds per step", ge=1)
+    overlong_cache: int = opt(0, "DAPO soft overlong punishment: penalty ramps over the last N tokens of max_new_tokens (0 = off)", ge=0)
 
 
 @dataclass

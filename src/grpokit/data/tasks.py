@@ -131,7 +131,8 @@ def arithmetic(
             a, b = b, a
         result = a + b if op == "+" else a - b if op == "-" else a * b
         prompt = template.format(a=a, op=op, b=b)
-        return {"prompt": prompt, "answer": str(result), "task": "arithmetic"}
+        # "domain" (the operator) lets domain-aware advantages such as drpo work on this task.
+        return {"prompt": prompt, "answer": str(result), "task": "arithmetic", "domain": op}
 
     return _sample_splits("arithmetic", seed, n_train, n_heldout, draw, enlarge="digits")
 

@@ -41,15 +41,22 @@ def sampling_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     return logits
 
 
-def next_tokens(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample (or argmax) one token per row; returns (tokens [N], log-prob under the sampler [N])."""
+def next_tokens(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sample (or argmax) one token per row.
+
+    Returns (tokens [N], log-prob under the sampler [N], entropy [N] of the tempered
+    distribution before top-k/top-p, i.e. of softmax(logits / T) as the learner sees it).
+    """
     if params.greedy:
         logp = torch.log_softmax(logits.float(), dim=-1)
         tok = logp.argmax(-1)
+        entropy = -(logp.exp() * logp).sum(-1)
     else:
-        logp = torch.log_softmax(sampling_logits(logits, params), dim=-1)
+        tempered = torch.log_softmax(logits.float() / params.temperature, dim=-1)
+        entropy = -(tempered.exp() * tempered).sum(-1)
+        logp = torch.log_softmax(sampling_logits(logits, params), dim=-1) if (params.top_k or params.top_p < 1.0) else tempered
         tok = torch.multinomial(logp.exp(), 1).squeeze(-1)
-    return tok, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
+    return tok, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1), entropy
 
 
 class HFBackend:
@@ -65,7 +72,7 @@ class HFBackend:
 
     @torch.no_grad()
     def _decode(self, input_ids: torch.Tensor, attention: torch.Tensor, group_size: int, params: SamplingParams):
-        """Token ids ``[B, T]`` and sampler log-probs ``[B, T]`` (pad / 0 after a row's EOS)."""
+        """Token ids, sampler log-probs and entropies, each ``[B, T]`` (pad / 0 after a row's EOS)."""
         model, key = self.model, _cache_kwarg(self.model)
         n = input_ids.shape[0]
         b = n * group_size
@@ -79,11 +86,12 @@ class HFBackend:
         attention, next_pos = attention[expand], positions[expand, -1] + 1
         tokens = torch.full((b, params.max_new_tokens), self.pad_id, dtype=torch.long)
         logps = torch.zeros(b, params.max_new_tokens)
+        entropies = torch.zeros(b, params.max_new_tokens)
         active = torch.arange(b)  # rows still generating, in cache order
         eos = torch.tensor(self.eos_ids)
         for t in range(params.max_new_tokens):
-            tok, lp = next_tokens(logits, params)
-            tokens[active, t], logps[active, t] = tok, lp
+            tok, lp, ent = next_tokens(logits, params)
+            tokens[active, t], logps[active, t], entropies[active, t] = tok, lp, ent
             alive = ~torch.isin(tok, eos)
             if t == params.max_new_tokens - 1 or not bool(alive.any()):
                 break
@@ -95,7 +103,7 @@ class HFBackend:
             out = model(input_ids=tok.unsqueeze(-1), attention_mask=attention, position_ids=next_pos.unsqueeze(-1), use_cache=True, **{key: cache})
             logits = out.logits[:, -1]
             next_pos = next_pos + 1
-        return tokens, logps
+        return tokens, logps, entropies
 
     @torch.no_grad()
     def generate(
@@ -106,12 +114,13 @@ class HFBackend:
         was_training = self.model.training
         self.model.eval()
         try:
-            completion_ids, sampling_logp = self._decode(enc.input_ids, enc.attention_mask, group_size, params)
+            completion_ids, sampling_logp, entropy = self._decode(enc.input_ids, enc.attention_mask, group_size, params)
         finally:
             self.model.train(was_training)
         mask, truncated = completion_mask_from_eos(completion_ids, self.eos_ids)
         width = int(mask.sum(-1).max().clamp(min=1))
-        completion_ids, mask, sampling_logp = completion_ids[:, :width], mask[:, :width], sampling_logp[:, :width]
+        completion_ids, mask = completion_ids[:, :width], mask[:, :width]
+        sampling_logp, entropy = sampling_logp[:, :width] * mask, entropy[:, :width] * mask
         group_ids = torch.arange(len(prompt_texts)).repeat_interleave(group_size)
         completions = self.tokenizer.batch_decode(
             [ids[m.bool()] for ids, m in zip(completion_ids, mask)], skip_special_tokens=True
@@ -124,6 +133,7 @@ class HFBackend:
             group_ids=group_ids,
             sampling_logp=sampling_logp,
             truncated=truncated,
+            entropy=entropy,
             prompts=[rows[g]["prompt"] for g in group_ids.tolist()],
             completions=completions,
             rows=[rows[g] for g in group_ids.tolist()],

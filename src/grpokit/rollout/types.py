@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Optional, Protocol
 
 import torch
 
@@ -19,6 +19,7 @@ class RolloutBatch:
     group_ids:       [B] index of the prompt each row came from (0..prompts-1)
     sampling_logp:   [B, T] log-prob of each token under the sampling distribution
     truncated:       [B] True when the completion hit max_new_tokens without EOS
+    entropy:         [B, T] entropy of the tempered sampling distribution at each position (0 on pad)
     prompts / completions: decoded texts per row; rows: the data row (answer, columns) per row
     """
 
@@ -29,6 +30,7 @@ class RolloutBatch:
     group_ids: torch.Tensor
     sampling_logp: torch.Tensor
     truncated: torch.Tensor
+    entropy: Optional[torch.Tensor] = None
     prompts: list[str] = field(default_factory=list)
     completions: list[str] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
@@ -47,6 +49,7 @@ class RolloutBatch:
             group_ids=self.group_ids[index],
             sampling_logp=self.sampling_logp[index],
             truncated=self.truncated[index],
+            entropy=self.entropy[index] if self.entropy is not None else None,
             prompts=[self.prompts[i] for i in idx],
             completions=[self.completions[i] for i in idx],
             rows=[self.rows[i] for i in idx],
@@ -76,3 +79,46 @@ class GenerationBackend(Protocol):
     def generate(
         self, prompt_texts: list[str], rows: list[dict], group_size: int, params: SamplingParams
     ) -> RolloutBatch: ...
+
+
+def _pad_to(x: torch.Tensor, width: int, value: float, left: bool) -> torch.Tensor:
+    pad = width - x.shape[1]
+    if pad == 0:
+        return x
+    filler = torch.full((x.shape[0], pad), value, dtype=x.dtype)
+    return torch.cat([filler, x] if left else [x, filler], dim=1)
+
+
+def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
+    """Stack rollout batches (e.g. several dynamic-sampling rounds); group ids stay distinct.
+
+    Prompts are re-padded on the left and completions on the right to the widest batch.
+    """
+    if len(batches) == 1:
+        return batches[0]
+    p = max(b.prompt_ids.shape[1] for b in batches)
+    t = max(b.completion_ids.shape[1] for b in batches)
+    offsets, total = [], 0
+    for b in batches:
+        offsets.append(total)
+        total += int(b.group_ids.max()) + 1 if len(b) else 0
+    has_entropy = all(b.entropy is not None for b in batches)
+    return RolloutBatch(
+        prompt_ids=torch.cat([_pad_to(b.prompt_ids, p, pad_id, True) for b in batches]),
+        prompt_mask=torch.cat([_pad_to(b.prompt_mask, p, 0, True) for b in batches]),
+        completion_ids=torch.cat([_pad_to(b.completion_ids, t, pad_id, False) for b in batches]),
+        completion_mask=torch.cat([_pad_to(b.completion_mask, t, 0, False) for b in batches]),
+        group_ids=torch.cat([b.group_ids + o for b, o in zip(batches, offsets)]),
+        sampling_logp=torch.cat([_pad_to(b.sampling_logp, t, 0.0, False) for b in batches]),
+        truncated=torch.cat([b.truncated for b in batches]),
+        entropy=torch.cat([_pad_to(b.entropy, t, 0.0, False) for b in batches]) if has_entropy else None,
+        prompts=[x for b in batches for x in b.prompts],
+        completions=[x for b in batches for x in b.completions],
+        rows=[x for b in batches for x in b.rows],
+    )
+
+
+def renumber_groups(group_ids: torch.Tensor) -> torch.Tensor:
+    """Map group ids to 0..n-1 in order of first appearance (after rows were dropped)."""
+    _, inverse = torch.unique(group_ids, return_inverse=True)
+    return inverse

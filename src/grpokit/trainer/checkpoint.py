@@ -37,6 +37,7 @@ def save_checkpoint(
     state: dict[str, Any],
     keep: int = 2,
     merged: bool = False,
+    extra: Optional[dict[str, Any]] = None,
 ) -> Path:
     """Save step ``step`` and delete all but the ``keep`` most recent checkpoints."""
     ckpt_root.mkdir(parents=True, exist_ok=True)
@@ -54,6 +55,8 @@ def save_checkpoint(
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     torch.save(rng_state(), tmp / "rng.pt")
+    if extra is not None:  # algorithm state (e.g. drpo's per-domain history)
+        torch.save(extra, tmp / "extra.pt")
     (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **state}, indent=2))
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)

@@ -30,6 +30,7 @@ class Objective:
     beta: float
     loss_options: dict
     max_len: int
+    kl_options: Optional[dict] = None
 
 
 def trim(batch: RolloutBatch) -> RolloutBatch:
@@ -40,6 +41,8 @@ def trim(batch: RolloutBatch) -> RolloutBatch:
     batch.prompt_ids, batch.prompt_mask = batch.prompt_ids[:, start:], batch.prompt_mask[:, start:]
     batch.completion_ids, batch.completion_mask = batch.completion_ids[:, :end], batch.completion_mask[:, :end]
     batch.sampling_logp = batch.sampling_logp[:, :end]
+    if batch.entropy is not None:
+        batch.entropy = batch.entropy[:, :end]
     return batch
 
 
@@ -73,11 +76,15 @@ def accumulate_gradients(
     temperature: float,
     old_logps: Optional[list[torch.Tensor]] = None,
     ref_logps: Optional[list[torch.Tensor]] = None,
+    token_weights: Optional[torch.Tensor] = None,
+    rewards: Optional[torch.Tensor] = None,
     want_entropy: bool = True,
 ) -> dict[str, float]:
     """Backward the objective over all micro-batches (gradients accumulate in ``.grad``).
 
-    adv: [B] advantages; loss_mask: [B, T_full] (completion mask, possibly minus truncated rows).
+    adv: [B] advantages; loss_mask: [B, T_full] (completion mask, possibly minus truncated rows);
+    token_weights: [B, T_full] multiplies the per-token loss (the mask stays the denominator);
+    rewards: [B] scalar rewards, for losses that use them.
     Returns metrics averaged over micro-batches, weighted by their token counts.
     """
     num_seqs = float(len(adv))
@@ -98,6 +105,8 @@ def accumulate_gradients(
             mask=mask,
             ref_logp=ref_logps[k] if ref_logps is not None else None,
             entropy=entropy,
+            group_ids=mb.group_ids,
+            rewards=rewards[rows] if rewards is not None else None,
         )
         loss, metrics = grpo_objective(
             inp,
@@ -109,6 +118,8 @@ def accumulate_gradients(
             num_seqs=num_seqs,
             num_tokens=num_tokens,
             max_len=objective.max_len,
+            kl_options=objective.kl_options,
+            token_weights=token_weights[rows, :t] if token_weights is not None else None,
         )
         loss.backward()
         w = float(mask.sum())

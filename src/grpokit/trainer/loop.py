@@ -21,11 +21,10 @@ from grpokit.config.loading import dump_yaml
 from grpokit.config.schema import Config
 from grpokit.data.sampler import PromptSampler
 from grpokit.registries import get_registry
-from grpokit.rewards import score_completions
 from grpokit.rollout.hf import HFBackend
-from grpokit.rollout.types import SamplingParams
 from grpokit.trainer import checkpoint as ckpt_io
 from grpokit.trainer import setup
+from grpokit.trainer.collect import collect_batch
 from grpokit.trainer.evaluation import evaluate_accuracy
 from grpokit.trainer.learner import Objective, accumulate_gradients, micro_batches, score_logprobs
 from grpokit.trainer.metrics import RunLogger
@@ -64,12 +63,17 @@ class Trainer:
         self.sampler = PromptSampler(self.splits.train, cfg.data.seed)
         algo = cfg.algorithm
         self.advantage_fn = get_registry("advantage").get(algo.advantage)
+        # Stateful estimators (e.g. drpo) expose a state factory; the state is checkpointed.
+        make_state = getattr(self.advantage_fn, "make_state", None)
+        self.advantage_state = make_state() if make_state is not None else None
+        self.token_weights_fn = get_registry("token_weights").get(algo.token_weights)
         self.objective = Objective(
             policy_loss=get_registry("loss").get(algo.loss),
             aggregate=get_registry("aggregation").get(algo.aggregation),
             kl_estimator=get_registry("kl").get(algo.kl) if algo.beta > 0 else None,
             beta=algo.beta,
-            loss_options={"epsilon_low": algo.epsilon_low, "epsilon_high": algo.epsilon_high},
+            loss_options={"epsilon_low": algo.epsilon_low, "epsilon_high": algo.epsilon_high, "ratio": algo.ratio, **algo.loss_options},
+            kl_options={"clamp": algo.kl_clamp},
             max_len=cfg.rollout.max_new_tokens,
         )
         self.step = 0
@@ -98,18 +102,24 @@ class Trainer:
         cfg, algo = self.cfg, self.cfg.algorithm
         t0 = time.perf_counter()
         self._step_start = (self.sampler.state(), ckpt_io.rng_state())
-        rows = self.sampler.next_batch(cfg.rollout.prompts_per_step)
-        params = SamplingParams(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)
-        batch = self.backend.generate(self._prompt_texts(rows), rows, cfg.rollout.group_size, params)
+        batch, scores, collect_metrics = collect_batch(
+            cfg, self.backend, self.sampler, self._prompt_texts, self.rewards, self.backend.pad_id
+        )
         t_gen = time.perf_counter() - t0
 
-        scores = score_completions(self.rewards, batch.prompts, batch.completions, batch.columns(), on_error=cfg.train.on_reward_error)
+        columns = batch.columns()
         adv, adv_metrics = self.advantage_fn(
-            scores.total, batch.group_ids, scale=algo.scale, std_mode=algo.std_mode, std_eps=algo.std_eps
+            scores.total, batch.group_ids, scale=algo.scale, std_mode=algo.std_mode, std_eps=algo.std_eps,
+            domains=columns.get("domain"), state=self.advantage_state, mask=batch.completion_mask,
+            **algo.advantage_options,
         )
         loss_mask = batch.completion_mask.clone()
         if algo.mask_truncated:
             loss_mask[batch.truncated] = 0
+        weights, weight_metrics = self.token_weights_fn(
+            loss_mask, completion_ids=batch.completion_ids, group_ids=batch.group_ids,
+            entropy=batch.entropy, rewards=scores.total, **algo.token_weights_options,
+        )
 
         t1 = time.perf_counter()
         self.model.train()
@@ -122,7 +132,8 @@ class Trainer:
         learn: dict[str, float] = {}
         for _ in range(algo.num_iterations):
             learn = accumulate_gradients(
-                self.model, parts, adv, loss_mask, self.objective, temperature=temperature, old_logps=old, ref_logps=ref
+                self.model, parts, adv, loss_mask, self.objective, temperature=temperature,
+                old_logps=old, ref_logps=ref, token_weights=weights, rewards=scores.total,
             )
             learn["grad_norm"] = self._optimizer_step()
         t_learn = time.perf_counter() - t1
@@ -130,7 +141,8 @@ class Trainer:
         gen_tokens = float(batch.completion_mask.sum())
         metrics = {
             **self._reward_metrics(scores),
-            **{k: float(v) for k, v in adv_metrics.items()},
+            **{k: float(v) for k, v in {**adv_metrics, **weight_metrics}.items()},
+            **collect_metrics,
             **learn,
             "lr": self.scheduler.get_last_lr()[0],
             "completion_len/mean": gen_tokens / len(batch),
@@ -205,6 +217,7 @@ class Trainer:
             optimizer=self.optimizer,
             scheduler=self.scheduler,
             state={"sampler": self.sampler.state(), "elapsed_s": self.elapsed},
+            extra={"advantage_state": self.advantage_state.state_dict()} if self.advantage_state is not None else None,
             keep=self.cfg.logging.keep_checkpoints,
             merged=self.cfg.model.lora.save_merged,
         )
@@ -217,6 +230,8 @@ class Trainer:
         ckpt_io.load_model_weights(self.model, ckpt)
         state = ckpt_io.load_training_state(ckpt, self.optimizer, self.scheduler)
         self.sampler.load_state(state["sampler"])
+        if self.advantage_state is not None:
+            self.advantage_state.load_state_dict(torch.load(ckpt / "extra.pt", weights_only=False)["advantage_state"])
         self.step = state["step"]
         self.elapsed = state.get("elapsed_s", 0.0)
         self.logger.truncate_after(self.step)

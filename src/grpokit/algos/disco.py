@@ -1,0 +1,150 @@
+"""DisCO: discriminative objective over positive/negative completions, with a squared-hinge KL constraint.
+
+"DisCO: Reinforcing Large Reasoning Models with Discriminative Constrained Optimization",
+arXiv 2505.12366; authors' code Optimization-AI/DisCO. Spec: variants-a §4.
+
+Per question q with positives O+ and negatives O- among its G completions, a sequence score
+s(o) ('log_l': (1/|o|) sum_t l_t; 'l_ratio': (1/|o|) sum_t exp(l_t - l^old_t)) and
+
+    DisCO-b:  J(q) = mean_{O+} s - mean_{O-} s
+    DisCO:    J(q) = mean_{O+} s - tau log mean_{O-} exp(s / tau)          (DRO, log-mean-exp)
+    L = -(1/N_q) sum_{q valid} J(q) + (beta/2) [D - delta]_+^2
+
+with D the token-mean of l^old - l (k1 estimate of KL(pi_old || pi_theta)). Only questions
+with a positive and a negative contribute; all questions count in N_q.
+
+Both losses expect ``seq_mean_token_mean``: J(q) is broadcast to every token of each of q's G
+rows, so the aggregate is (1/B) sum_i J(q_i) = (1/N_q) sum_q J(q) for complete groups of equal
+size (``inp.group_ids``; absent: the micro-batch is one group). Positives/negatives are the
+rows with A > 0 / A < 0: for binary rewards and GRPO or Dr. GRPO advantages that is exactly
+r = 1 / r = 0 in mixed groups, and groups with equal rewards (A = 0) are invalid [inferred
+generalisation to non-binary rewards: above / below the group mean].
+
+Options: ``score`` 'log_l' | 'l_ratio'; ``delta`` = 1e-4 and ``constraint_beta`` = 1e3 for the
+constraint. The constraint needs D over the whole (globally gathered) optimizer batch at the
+current parameters: pass it as ``inp.constraint_kl`` (:func:`disco_constraint_kl`), or set
+``local_constraint=True`` to use the micro-batch's own D (exact when the micro-batch is the
+optimizer batch). With neither, the penalty is off [inferred default, so that a batch without
+signal gives no gradient]; with one update per rollout batch (the paper's scripts) D = 0 anyway.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from grpokit.algos.groups import group_log_mean_exp, group_masked_mean, same_group
+from grpokit.algos.losses import POLICY_LOSSES, LossInputs, masked_mean, masked_row_mean
+
+Metrics = dict[str, torch.Tensor]
+
+
+def disco_scores(inp: LossInputs, score: str) -> torch.Tensor:
+    """Sequence scores ``[B]``: 'log_l' = (1/|o|) sum_t l_t, 'l_ratio' = (1/|o|) sum_t exp(l_t - l^old_t)."""
+    if score == "log_l":
+        tok = inp.logp
+    elif score == "l_ratio":
+        tok = torch.exp(inp.logp - inp.old_logp.detach())
+    else:
+        raise ValueError(f"disco option score '{score}' is not one of: log_l, l_ratio")
+    return masked_row_mean(tok, inp.mask)
+
+
+def disco_constraint_kl(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """DisCO's constraint D, the token-mean of old_logp - logp, ``[]`` (over the optimizer batch for the trainer)."""
+    return masked_mean(old_logp.detach() - logp, mask)
+
+
+def _constraint(inp: LossInputs, delta: float, beta: float, local: bool) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+    """Per-token squared-hinge penalty ``[B, T]`` and D, or None when no D is available.
+
+    The hinge factor c = beta [D - delta]_+ is detached and multiplies a per-token carrier
+    whose ``seq_mean_token_mean`` is the micro-batch token-mean of l^old - l, so the gradient is
+    beta [D - delta]_+ grad D (as in the authors' code); a detached constant makes the value
+    (beta/2) [D - delta]_+^2.
+    """
+    mask = inp.mask
+    d_local = disco_constraint_kl(inp.logp, inp.old_logp, mask)
+    if inp.constraint_kl is not None:
+        d = inp.constraint_kl.detach()
+    elif local:
+        d = d_local.detach()
+    else:
+        return None
+    hinge = torch.clamp(d - delta, min=0)
+    coef = beta * hinge
+    rows = mask.shape[0]
+    scale = mask.sum(-1, keepdim=True) * rows / mask.sum().clamp(min=1)  # seq_mean_token_mean -> token mean
+    carrier = coef * (inp.old_logp.detach() - inp.logp) * scale
+    const = (0.5 * beta * hinge**2 - coef * d_local).detach()
+    return carrier + const, d
+
+
+def _disco(
+    inp: LossInputs, *, score: str, tau: Optional[float], delta: float, constraint_beta: float, local_constraint: bool
+) -> tuple[torch.Tensor, Metrics]:
+    s = disco_scores(inp, score)  # [B]
+    adv = inp.seq_adv().detach()
+    pos, neg = (adv > 0).to(s.dtype), (adv < 0).to(s.dtype)
+    same = same_group(inp.group_ids, s)  # [B, B]
+    mean_pos, n_pos = group_masked_mean(s, pos, same)
+    if tau is None:
+        neg_term, n_neg = group_masked_mean(s, neg, same)
+    else:
+        neg_term, n_neg = tau * group_log_mean_exp(s / tau, neg, same), same @ neg
+    valid = (n_pos > 0) & (n_neg > 0)
+    j = torch.where(valid, mean_pos - neg_term, torch.zeros_like(s))  # J(q) on every row of q
+    loss = (-j).unsqueeze(-1).expand_as(inp.logp)
+    with torch.no_grad():
+        metrics = {
+            "disco/valid_frac": valid.to(s.dtype).mean(),
+            "disco/score_pos": (s * pos).sum() / pos.sum().clamp(min=1),
+            "disco/score_neg": (s * neg).sum() / neg.sum().clamp(min=1),
+        }
+    penalty = _constraint(inp, delta, constraint_beta, local_constraint)
+    if penalty is not None:
+        loss = loss + penalty[0]
+        metrics["disco/constraint_kl"] = penalty[1]
+    return loss, metrics
+
+
+@POLICY_LOSSES.register("disco")
+def disco_loss(
+    inp: LossInputs,
+    *,
+    score: str = "log_l",
+    tau: float = 10.0,
+    delta: float = 1e-4,
+    constraint_beta: float = 1e3,
+    local_constraint: bool = False,
+    **_: object,
+) -> tuple[torch.Tensor, Metrics]:
+    """DisCO (DRO): -[mean_{O+} s - tau log mean_{O-} exp(s/tau)] per question + squared-hinge KL penalty.
+
+    arXiv 2505.12366. ``tau`` = 10 is the authors' log-L script (their config default is 1);
+    tau -> inf recovers disco_b, tau -> 0 the hardest negative. d(-J)/ds(o'_k) =
+    softmax_k(s(O-)/tau) for negatives and -1/|O+| for positives.
+    """
+    if tau <= 0:
+        raise ValueError(f"disco option tau must be > 0 (got {tau})")
+    opts = {"delta": delta, "constraint_beta": constraint_beta, "local_constraint": local_constraint}
+    return _disco(inp, score=score, tau=tau, **opts)
+
+
+@POLICY_LOSSES.register("disco_b")
+def disco_b_loss(
+    inp: LossInputs,
+    *,
+    score: str = "log_l",
+    delta: float = 1e-4,
+    constraint_beta: float = 1e3,
+    local_constraint: bool = False,
+    **_: object,
+) -> tuple[torch.Tensor, Metrics]:
+    """DisCO-b: -[mean_{O+} s - mean_{O-} s] per question + squared-hinge KL penalty.
+
+    arXiv 2505.12366 (the basic, non-DRO objective).
+    """
+    opts = {"delta": delta, "constraint_beta": constraint_beta, "local_constraint": local_constraint}
+    return _disco(inp, score=score, tau=None, **opts)
