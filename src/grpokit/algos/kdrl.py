@@ -103,3 +103,16 @@ def kdrl_loss(
         metrics["kd/mask_frac"] = masked_mean(w.expand_as(inp.mask), inp.mask)
         metrics["kd/coef"] = torch.tensor(kd_coef)
     return loss, metrics
+
+
+def _kdrl_option_schedule(step: int, **options: object) -> dict:
+    """Per-step options of ``kdrl``: kd_coef from :func:`kdrl_coefficient` when ``beta_0`` is given."""
+    if "beta_0" not in options:
+        return {}
+    keys = ("beta_0", "beta_min", "kappa")
+    return {"kd_coef": kdrl_coefficient(step, **{k: options[k] for k in keys if k in options})}
+
+
+# Trainer hooks (generic, no name branches): extra inputs this loss needs, per-step options.
+kdrl_loss.needs = ("teacher_logp",)  # type: ignore[attr-defined]
+kdrl_loss.option_schedule = _kdrl_option_schedule  # type: ignore[attr-defined]

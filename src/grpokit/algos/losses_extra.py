@@ -200,3 +200,7 @@ def grpo_verif_loss(
             "ratio/mean": masked_mean(r, mask),
         }
     return loss, metrics
+
+
+# Trainer hook: humanline's ratio is against the (periodically synced) reference model.
+humanline_loss.needs = ("ref_logp",)  # type: ignore[attr-defined]

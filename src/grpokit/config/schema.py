@@ -52,6 +52,7 @@ class ModelConfig:
         True, "divide learner logits by the sampling temperature (as the sampler did)"
     )
     threads: int = opt(0, "torch intra-op threads (0 = leave torch's default)", ge=0)
+    teacher: Optional[str] = opt(None, "frozen teacher model for distillation losses (kdrl); same forms as `name`, same tokenizer")
 
 
 @dataclass
@@ -111,6 +112,8 @@ class AlgorithmConfig:
     epsilon_high: float = opt(0.2, "upper clip range (ratio <= 1 + eps_high)", ge=0)
     aggregation: str = opt("seq_mean_token_mean", "how token losses become one number", registry="aggregation")
     kl: str = opt("k3", "KL estimator against the reference model", registry="kl")
+    plan_delimiter: Optional[str] = opt(None, "TS-GRPO: completion tokens up to and including this text form the planning span (null = none)")
+    ref_sync_every: int = opt(0, "copy the policy into the reference model every N steps (humanline; 0 = never)", ge=0)
     kl_clamp: bool = opt(False, "clamp the KL log-ratio to [-20, 20] and k3 to [-10, 10] (verl low_var_kl)")
     beta: float = opt(0.0, "KL coefficient (0 = no reference model is loaded)", ge=0)
     num_iterations: int = opt(1, "mu: optimizer steps per rollout batch (old log-probs reused)", ge=1)

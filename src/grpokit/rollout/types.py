@@ -122,3 +122,19 @@ def renumber_groups(group_ids: torch.Tensor) -> torch.Tensor:
     """Map group ids to 0..n-1 in order of first appearance (after rows were dropped)."""
     _, inverse = torch.unique(group_ids, return_inverse=True)
     return inverse
+
+
+def span_mask_through(completion_ids: torch.Tensor, delimiter_ids: list[int]) -> torch.Tensor:
+    """``[B, T]`` 1 on tokens up to and including the first occurrence of ``delimiter_ids`` (0 if absent)."""
+    b, t = completion_ids.shape
+    k = len(delimiter_ids)
+    out = torch.zeros(b, t, dtype=torch.long)
+    if k == 0 or k > t:
+        return out
+    windows = completion_ids.unfold(1, k, 1)  # [B, T-k+1, k]
+    hit = (windows == torch.tensor(delimiter_ids)).all(-1)  # [B, T-k+1]
+    for i in range(b):
+        found = hit[i].nonzero()
+        if len(found):
+            out[i, : int(found[0]) + k] = 1
+    return out

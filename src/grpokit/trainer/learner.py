@@ -76,8 +76,10 @@ def accumulate_gradients(
     temperature: float,
     old_logps: Optional[list[torch.Tensor]] = None,
     ref_logps: Optional[list[torch.Tensor]] = None,
+    teacher_logps: Optional[list[torch.Tensor]] = None,
     token_weights: Optional[torch.Tensor] = None,
     rewards: Optional[torch.Tensor] = None,
+    plan_mask: Optional[torch.Tensor] = None,
     want_entropy: bool = True,
 ) -> dict[str, float]:
     """Backward the objective over all micro-batches (gradients accumulate in ``.grad``).
@@ -105,8 +107,10 @@ def accumulate_gradients(
             mask=mask,
             ref_logp=ref_logps[k] if ref_logps is not None else None,
             entropy=entropy,
+            teacher_logp=teacher_logps[k] if teacher_logps is not None else None,
             group_ids=mb.group_ids,
             rewards=rewards[rows] if rewards is not None else None,
+            plan_mask=plan_mask[rows, :t].to(torch.float32) if plan_mask is not None else None,
         )
         loss, metrics = grpo_objective(
             inp,

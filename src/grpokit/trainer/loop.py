@@ -24,6 +24,7 @@ from grpokit.registries import get_registry
 from grpokit.rollout.hf import HFBackend
 from grpokit.trainer import checkpoint as ckpt_io
 from grpokit.trainer import setup
+from grpokit.rollout.types import span_mask_through
 from grpokit.trainer.collect import collect_batch
 from grpokit.trainer.evaluation import evaluate_accuracy
 from grpokit.trainer.learner import Objective, accumulate_gradients, micro_batches, score_logprobs
@@ -56,19 +57,23 @@ class Trainer:
 
             model = apply_lora(model, cfg.model.lora)
         self.model, self.tokenizer = model, tokenizer
+        algo = cfg.algorithm
+        self.policy_loss = get_registry("loss").get(algo.loss)
+        needs = set(getattr(self.policy_loss, "needs", ()))
+        self.needs_ref = algo.beta > 0 or "ref_logp" in needs
         self.ref_model = self._reference_model()
+        self.teacher = self._teacher_model() if "teacher_logp" in needs else None
         self.backend = HFBackend(self.model, self.tokenizer)
         self.optimizer = setup.build_optimizer(self.model, cfg.optim)
         self.scheduler = setup.build_scheduler(self.optimizer, cfg.optim, cfg.train.steps)
         self.sampler = PromptSampler(self.splits.train, cfg.data.seed)
-        algo = cfg.algorithm
         self.advantage_fn = get_registry("advantage").get(algo.advantage)
         # Stateful estimators (e.g. drpo) expose a state factory; the state is checkpointed.
         make_state = getattr(self.advantage_fn, "make_state", None)
         self.advantage_state = make_state() if make_state is not None else None
         self.token_weights_fn = get_registry("token_weights").get(algo.token_weights)
         self.objective = Objective(
-            policy_loss=get_registry("loss").get(algo.loss),
+            policy_loss=self.policy_loss,
             aggregate=get_registry("aggregation").get(algo.aggregation),
             kl_estimator=get_registry("kl").get(algo.kl) if algo.beta > 0 else None,
             beta=algo.beta,
@@ -83,12 +88,27 @@ class Trainer:
     # ------------------------------------------------------------------ setup helpers
     def _reference_model(self) -> Optional[torch.nn.Module]:
         """Frozen copy of the initial policy, only when beta > 0 (LoRA: the adapter is disabled instead)."""
-        if self.cfg.algorithm.beta <= 0 or hasattr(self.model, "peft_config"):
+        if not self.needs_ref or hasattr(self.model, "peft_config"):
+            if self.cfg.algorithm.ref_sync_every and hasattr(self.model, "peft_config"):
+                raise ValueError("algorithm.ref_sync_every needs a full fine-tune: set model.lora.enabled=false")
             return None
         ref = copy.deepcopy(self.model).eval()
         for p in ref.parameters():
             p.requires_grad_(False)
         return ref
+
+    def _teacher_model(self) -> torch.nn.Module:
+        """The frozen teacher of distillation losses; it must share the policy's vocabulary."""
+        if not self.cfg.model.teacher:
+            raise ValueError(f"algorithm.loss '{self.cfg.algorithm.loss}' needs a teacher: set model.teacher")
+        from grpokit.model.loading import load_model
+
+        teacher, tok = load_model(self.cfg.model.teacher, dtype=self.cfg.model.dtype)
+        if tok.get_vocab() != self.tokenizer.get_vocab():
+            raise ValueError(f"model.teacher '{self.cfg.model.teacher}' has a different tokenizer from the policy")
+        for p in teacher.parameters():
+            p.requires_grad_(False)
+        return teacher.eval()
 
     def _ref_context(self):
         return self.model.disable_adapter() if hasattr(self.model, "peft_config") else None
@@ -121,21 +141,31 @@ class Trainer:
             entropy=batch.entropy, rewards=scores.total, **algo.token_weights_options,
         )
 
+        plan_mask = None
+        if algo.plan_delimiter:
+            delim = self.tokenizer(algo.plan_delimiter, add_special_tokens=False).input_ids
+            plan_mask = span_mask_through(batch.completion_ids, delim) * loss_mask
+
         t1 = time.perf_counter()
         self.model.train()
         parts = micro_batches(batch, cfg.train.micro_batch_size)
         temperature = cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0
         old = score_logprobs(self.model, parts, temperature) if algo.num_iterations > 1 else None
-        ref = None
-        if algo.beta > 0:
-            ref = score_logprobs(self.ref_model or self.model, parts, temperature, ctx=self._ref_context())
+        ref = score_logprobs(self.ref_model or self.model, parts, temperature, ctx=self._ref_context()) if self.needs_ref else None
+        teacher = score_logprobs(self.teacher, parts, temperature) if self.teacher is not None else None
+        schedule = getattr(self.policy_loss, "option_schedule", None)
+        if schedule is not None:
+            self.objective.loss_options.update(schedule(self.step, **self.objective.loss_options))
         learn: dict[str, float] = {}
         for _ in range(algo.num_iterations):
             learn = accumulate_gradients(
                 self.model, parts, adv, loss_mask, self.objective, temperature=temperature,
-                old_logps=old, ref_logps=ref, token_weights=weights, rewards=scores.total,
+                old_logps=old, ref_logps=ref, teacher_logps=teacher, token_weights=weights, rewards=scores.total,
+                plan_mask=plan_mask,
             )
             learn["grad_norm"] = self._optimizer_step()
+        if algo.ref_sync_every and (self.step + 1) % algo.ref_sync_every == 0 and self.ref_model is not None:
+            self.ref_model.load_state_dict(self.model.state_dict())  # humanline: reference follows the policy
         t_learn = time.perf_counter() - t1
         self.step += 1
         gen_tokens = float(batch.completion_mask.sum())
