@@ -76,3 +76,9 @@ def test_k3_clamp_behind_flag():
     ref = torch.tensor([[50.0]])
     assert float(KL_ESTIMATORS.get("k3")(logp, ref, clamp=True)) == pytest.approx(10.0)
     assert float(KL_ESTIMATORS.get("k3")(logp, ref)) > 1e20
+
+
+def test_kl_none_is_zero_and_needs_no_reference():
+    f = KL_ESTIMATORS.get("none")
+    assert torch.equal(f(torch.randn(2, 3), None), torch.zeros(2, 3))
+    assert getattr(f, "needs") == ()

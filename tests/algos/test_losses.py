@@ -75,22 +75,47 @@ def test_kl_term_added_with_beta():
 
 @pytest.mark.parametrize("name", POLICY_LOSSES.names())
 def test_every_loss_invariants(name):
-    """For every registered loss: no gradient to old/ref/adv, masked tokens inert, zero adv -> zero grad."""
+    """Every registered loss: no gradient to old/ref/teacher log-probs or advantages, masked
+    tokens never change the loss, zero advantage (beta = 0, no extra terms) gives zero gradient."""
     fn = POLICY_LOSSES.get(name)
     torch.manual_seed(1)
     logp = (torch.randn(4, 5) * 0.1 - 1).requires_grad_(True)
     old = (logp.detach() + torch.randn(4, 5) * 0.05).requires_grad_(True)
-    adv = torch.randn(4).requires_grad_(True)
+    ref = (logp.detach() + torch.randn(4, 5) * 0.05).requires_grad_(True)
+    teacher = (logp.detach() + torch.randn(4, 5) * 0.05).requires_grad_(True)
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5], requires_grad=True)
     mask = (torch.rand(4, 5) > 0.3).float()
     mask[:, 0] = 1
-    per_tok, _ = fn(LossInputs(logp=logp, old_logp=old, adv=adv, mask=mask))
-    loss = AGGREGATIONS.get("token_mean")(per_tok, mask)
+    extras = dict(group_ids=torch.tensor([0, 0, 1, 1]), rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]))
+
+    def loss_of(lp, o, r, t):
+        inp = LossInputs(logp=lp, old_logp=o, adv=adv, mask=mask, ref_logp=r, teacher_logp=t, **extras)
+        per_tok, _ = fn(inp)
+        return AGGREGATIONS.get("token_mean")(per_tok, mask)
+
+    loss = loss_of(logp, old, ref, teacher)
     loss.backward()
-    assert old.grad is None or float(old.grad.abs().max()) == 0.0
-    assert adv.grad is None or float(adv.grad.abs().max()) == 0.0
+    for t in (old, ref, teacher, adv):
+        assert t.grad is None or float(t.grad.abs().max()) == 0.0
     assert float(logp.grad[mask == 0].abs().max()) == 0.0
+    # values at masked positions are irrelevant
+    junk = (1 - mask) * 3.0
+    with torch.no_grad():
+        moved = loss_of(logp - junk, old + junk, ref - junk, teacher + junk)
+    assert float(moved) == pytest.approx(float(loss.detach()), rel=1e-6, abs=1e-7)
     # zero advantage -> zero gradient
     logp2 = logp.detach().clone().requires_grad_(True)
     per_tok, _ = fn(LossInputs(logp=logp2, old_logp=old.detach(), adv=torch.zeros(4), mask=mask))
     AGGREGATIONS.get("token_mean")(per_tok, mask).backward()
     assert float(logp2.grad.abs().max()) == 0.0
+
+
+def test_entropy_bonus_subtracts_coef_times_entropy():
+    logp = torch.zeros(1, 2)
+    ent = torch.tensor([[1.0, 3.0]], requires_grad=True)
+    inp = LossInputs(logp=logp, old_logp=logp, adv=torch.zeros(1), mask=torch.ones(1, 2), entropy=ent)
+    loss, _ = grpo_objective(inp, policy_loss=ppo_clip_loss, aggregate=AGGREGATIONS.get("token_mean"), entropy_coef=0.1)
+    # adv = 0: loss = -0.1 * mean(1, 3) = -0.2; d loss / d H = -0.1 / 2 per token
+    assert float(loss) == pytest.approx(-0.2)
+    loss.backward()
+    assert torch.allclose(ent.grad, torch.tensor([[-0.05, -0.05]]))

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from grpokit.testing import tiny_model_and_tokenizer
 from grpokit.trainer.loop import Trainer
@@ -69,3 +70,45 @@ def test_no_reference_model_when_beta_is_zero(tiny_cfg):
     trainer = Trainer(tiny_cfg(**{"algorithm.beta": 0.0}), model=model, tokenizer=tok)
     assert trainer.ref_model is None
     assert "kl" not in trainer.train_step()
+
+
+def test_entropy_bonus_and_kl_none_run(tiny_cfg):
+    cfg = tiny_cfg(**{"train.steps": 1, "algorithm.entropy_coef": 0.01, "algorithm.kl": "none", "algorithm.beta": 0.1})
+    model, tok = tiny_model_and_tokenizer(seed=0)
+    trainer = Trainer(cfg, model=model, tokenizer=tok)
+    assert trainer.ref_model is None  # kl 'none' needs no reference
+    m = trainer.train_step()
+    assert m["kl"] == 0.0 and m["entropy"] > 0
+
+
+def length_reward(prompts, completions, **_):
+    """A reward with variance inside every group: completion length."""
+    return [len(c) / 10 for c in completions]
+
+
+def test_humanline_reference_is_the_pre_update_policy(tiny_cfg):
+    cfg = tiny_cfg(**{"train.steps": 2, "algorithm.loss": "humanline", "algorithm.ref_sync_every": 1, "optim.lr": 0.01,
+                      "rewards": f"[{{name: '{__file__}:length_reward'}}]", "rollout.max_new_tokens": 8})
+    model, tok = tiny_model_and_tokenizer(seed=0)
+    trainer = Trainer(cfg, model=model, tokenizer=tok)
+    assert trainer.ref_model is not None  # humanline needs ref_logp even at beta = 0
+    trainer.train_step()
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train_step()
+    # the sync at the start of step 2 copied the policy as it was before step 2's update
+    assert any(not torch.equal(a, p) for a, p in zip(before, trainer.model.parameters()))
+    for b, r in zip(before, trainer.ref_model.parameters()):
+        assert torch.equal(b, r)
+
+
+def test_drpo_state_is_checkpointed_and_restored(tiny_cfg, tmp_path):
+    cfg = tiny_cfg(**{"train.steps": 2, "algorithm.advantage": "drpo", "logging.checkpoint_every": 1,
+                      "data.task_options": "{operators: ['+', '-'], digits: 1}"})
+    trainer = Trainer(cfg, *tiny_model_and_tokenizer(seed=0))
+    trainer.train()
+    saved = trainer.advantage_state.state_dict()
+    assert saved  # per-domain history was recorded
+    resumed = Trainer(cfg, *tiny_model_and_tokenizer(seed=0))
+    assert resumed.resume()
+    restored = resumed.advantage_state.state_dict()
+    assert json.dumps(restored, default=str, sort_keys=True) == json.dumps(saved, default=str, sort_keys=True)

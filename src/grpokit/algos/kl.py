@@ -38,3 +38,12 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor, *, clamp: bool = False, **
     d = _log_diff(logp, ref_logp, clamp)
     k3 = torch.exp(d) - d - 1
     return k3.clamp(-10.0, 10.0) if clamp else k3
+
+
+@KL_ESTIMATORS.register("none")
+def kl_none(logp: torch.Tensor, ref_logp: torch.Tensor | None = None, **_: object) -> torch.Tensor:
+    """No KL term (zeros); no reference model is loaded for it."""
+    return torch.zeros_like(logp)
+
+
+kl_none.needs = ()  # type: ignore[attr-defined]  # the trainer loads a reference only if needed

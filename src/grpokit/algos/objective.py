@@ -27,22 +27,28 @@ def grpo_objective(
     max_len: Optional[int] = None,
     kl_options: Optional[dict] = None,
     token_weights: Optional[torch.Tensor] = None,
+    entropy_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Scalar loss of a micro-batch and its metrics (tensors, detached).
 
     ``num_seqs``/``num_tokens`` are the optimizer batch's totals so that gradient accumulation
     over micro-batches sums to exactly the full-batch loss. ``token_weights [B, T]`` (λ-GRPO,
     forking tokens, …) multiply the per-token policy loss; the mask stays the normaliser.
+    ``entropy_coef`` adds an entropy bonus -c * H_t per token (``inp.entropy`` must carry gradient).
     """
     per_token, metrics = policy_loss(inp, **(loss_options or {}))  # [B, T]
     if token_weights is not None:
         per_token = per_token * token_weights
-    if beta > 0:
-        if inp.ref_logp is None or kl_estimator is None:
-            raise ValueError("beta > 0 needs ref_logp and a KL estimator")
-        kl = kl_estimator(inp.logp, inp.ref_logp.detach(), **(kl_options or {}))  # [B, T]
+    if beta > 0 and kl_estimator is not None:
+        if inp.ref_logp is None and "ref_logp" in getattr(kl_estimator, "needs", ("ref_logp",)):
+            raise ValueError("beta > 0 with this KL estimator needs ref_logp")
+        ref = inp.ref_logp.detach() if inp.ref_logp is not None else None
+        kl = kl_estimator(inp.logp, ref, **(kl_options or {}))  # [B, T]
         per_token = per_token + beta * kl
         metrics["kl"] = masked_mean(kl.detach(), inp.mask)
+    if entropy_coef and inp.entropy is not None:
+        # entropy bonus: maximise H, so subtract it from the loss (needs entropy with gradient)
+        per_token = per_token - entropy_coef * inp.entropy
     loss = aggregate(per_token, inp.mask, num_seqs=num_seqs, num_tokens=num_tokens, max_len=max_len)
     if inp.entropy is not None:
         metrics["entropy"] = masked_mean(inp.entropy.detach(), inp.mask)

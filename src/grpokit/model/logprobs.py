@@ -21,9 +21,11 @@ import torch
 
 
 def token_logprobs_from_logits(
-    logits: torch.Tensor, targets: torch.Tensor, chunk: int = 64, with_entropy: bool = False
+    logits: torch.Tensor, targets: torch.Tensor, chunk: int = 64, with_entropy: bool = False, entropy_grad: bool = False
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """log softmax(logits)[target] and (optionally, no grad) entropy, each ``[B, T]``.
+    """log softmax(logits)[target] and (optionally) entropy, each ``[B, T]``.
+
+    The entropy carries gradient only with ``entropy_grad`` (entropy bonus); otherwise it is a metric.
 
     logits: [B, T, V]; targets: [B, T]. Computed chunk by chunk over T:
     logp = logit[target] - logsumexp(logit); H = logsumexp - sum softmax * logit.
@@ -34,7 +36,7 @@ def token_logprobs_from_logits(
         lse = torch.logsumexp(lg, dim=-1)  # [B, c]
         logps.append(lg.gather(-1, targets[:, s : s + chunk].unsqueeze(-1)).squeeze(-1) - lse)
         if with_entropy:
-            with torch.no_grad():
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
                 p = torch.softmax(lg, dim=-1)
                 ents.append(lse - (p * lg).sum(-1))
     logp = torch.cat(logps, dim=1)
@@ -114,6 +116,7 @@ def completion_logprobs(
     share_prompt: bool = True,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """log pi(o_t | q, o_<t) for every completion token, ``[B, T]`` (and entropy ``[B, T]``).
 
@@ -128,5 +131,7 @@ def completion_logprobs(
         logits = _completion_logits_full(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
     if temperature != 1.0:
         logits = logits / temperature
-    logp, entropy = token_logprobs_from_logits(logits, completion_ids, with_entropy=with_entropy)
+    logp, entropy = token_logprobs_from_logits(
+        logits, completion_ids, with_entropy=with_entropy or entropy_grad, entropy_grad=entropy_grad
+    )
     return logp * completion_mask, (entropy * completion_mask if entropy is not None else None)

@@ -31,6 +31,7 @@ class Objective:
     loss_options: dict
     max_len: int
     kl_options: Optional[dict] = None
+    entropy_coef: float = 0.0
 
 
 def trim(batch: RolloutBatch) -> RolloutBatch:
@@ -99,6 +100,7 @@ def accumulate_gradients(
         logp, entropy = completion_logprobs(
             model, mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask,
             group_ids=mb.group_ids, temperature=temperature, with_entropy=want_entropy,
+            entropy_grad=objective.entropy_coef > 0,
         )
         inp = LossInputs(
             logp=logp,
@@ -123,6 +125,7 @@ def accumulate_gradients(
             num_tokens=num_tokens,
             max_len=objective.max_len,
             kl_options=objective.kl_options,
+            entropy_coef=objective.entropy_coef,
             token_weights=token_weights[rows, :t] if token_weights is not None else None,
         )
         loss.backward()

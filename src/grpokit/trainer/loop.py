@@ -60,7 +60,8 @@ class Trainer:
         algo = cfg.algorithm
         self.policy_loss = get_registry("loss").get(algo.loss)
         needs = set(getattr(self.policy_loss, "needs", ()))
-        self.needs_ref = algo.beta > 0 or "ref_logp" in needs
+        kl_needs = getattr(get_registry("kl").get(algo.kl), "needs", ("ref_logp",))
+        self.needs_ref = (algo.beta > 0 and "ref_logp" in kl_needs) or "ref_logp" in needs
         self.ref_model = self._reference_model()
         self.teacher = self._teacher_model() if "teacher_logp" in needs else None
         self.backend = HFBackend(self.model, self.tokenizer)
@@ -79,6 +80,7 @@ class Trainer:
             beta=algo.beta,
             loss_options={"epsilon_low": algo.epsilon_low, "epsilon_high": algo.epsilon_high, "ratio": algo.ratio, **algo.loss_options},
             kl_options={"clamp": algo.kl_clamp},
+            entropy_coef=algo.entropy_coef,
             max_len=cfg.rollout.max_new_tokens,
         )
         self.step = 0
@@ -151,6 +153,8 @@ class Trainer:
         parts = micro_batches(batch, cfg.train.micro_batch_size)
         temperature = cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0
         old = score_logprobs(self.model, parts, temperature) if algo.num_iterations > 1 else None
+        if algo.ref_sync_every and self.step % algo.ref_sync_every == 0 and self.ref_model is not None:
+            self.ref_model.load_state_dict(self.model.state_dict())  # humanline: reference <- pre-update policy
         ref = score_logprobs(self.ref_model or self.model, parts, temperature, ctx=self._ref_context()) if self.needs_ref else None
         teacher = score_logprobs(self.teacher, parts, temperature) if self.teacher is not None else None
         schedule = getattr(self.policy_loss, "option_schedule", None)
@@ -164,8 +168,6 @@ class Trainer:
                 plan_mask=plan_mask,
             )
             learn["grad_norm"] = self._optimizer_step()
-        if algo.ref_sync_every and (self.step + 1) % algo.ref_sync_every == 0 and self.ref_model is not None:
-            self.ref_model.load_state_dict(self.model.state_dict())  # humanline: reference follows the policy
         t_learn = time.perf_counter() - t1
         self.step += 1
         gen_tokens = float(batch.completion_mask.sum())
