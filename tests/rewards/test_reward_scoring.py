@@ -135,3 +135,46 @@ def test_builtin_rewards_through_scoring():
     )
     # 1 + 0.1 * 1, 0 + 0.1 * 1, 0 + 0.1 * 0
     torch.testing.assert_close(scores.total, torch.tensor([1.1, 0.1, 0.0]))
+
+
+def test_hung_reward_is_reported_by_name_within_the_limit():
+    import time as _time
+
+    from grpokit.rewards.scoring import RewardTimeout
+
+    def hangs(prompts, completions, **_):
+        _time.sleep(5)
+        return [1.0] * len(completions)
+
+    start = _time.perf_counter()
+    with pytest.raises(RewardTimeout, match="reward 'slow' did not return within 0.2 s"):
+        score_completions([NamedReward("slow", hangs)], ["p"], ["c"], {}, timeout_s=0.2)
+    assert _time.perf_counter() - start < 2
+    scores = score_completions([NamedReward("slow", hangs), NamedReward("ok", lambda p, c, **_: [1.0])],
+                               ["p"], ["c"], {}, on_error="zero", timeout_s=0.2)
+    assert scores.failures == {"slow": 1, "ok": 0}
+    assert scores.total.tolist() == [1.0]
+
+
+def test_group_level_reward_receives_group_ids():
+    def first_in_group(prompts, completions, group_ids, **_):
+        seen, out = set(), []
+        for g in group_ids:
+            out.append(0.0 if g in seen else 1.0)
+            seen.add(g)
+        return out
+
+    first_in_group.group_level = True
+    scores = score_completions([NamedReward("first", first_in_group)], ["p"] * 4, ["a", "b", "c", "d"], {},
+                               group_ids=[0, 0, 1, 1])
+    assert scores.total.tolist() == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_dict_valued_reward_becomes_named_columns():
+    def two(prompts, completions, **_):
+        return [{"acc": 1.0, "fmt": 0.5} for _ in completions]
+
+    scores = score_completions([NamedReward("multi", two, weight=2.0)], ["p", "q"], ["a", "b"], {})
+    assert set(scores.per_reward) == {"multi/acc", "multi/fmt"}
+    # total = 2 * (1.0 + 0.5)
+    assert scores.total.tolist() == [3.0, 3.0]

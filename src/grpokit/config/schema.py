@@ -144,6 +144,7 @@ class TrainConfig:
     max_minutes: float = opt(0.0, "stop training after this many wall-clock minutes (0 = no limit); the run still checkpoints and evaluates", ge=0)
     micro_batch_size: int = opt(8, "completions per forward/backward (gradient accumulation)", ge=1)
     seed: int = opt(0, "seed of sampling and initialisation")
+    reward_timeout_s: float = opt(120.0, "a reward call that takes longer fails, named in the error (0 = no limit)", ge=0)
     on_reward_error: str = opt("raise", "a reward that raises: stop ('raise') or score 0 and count ('zero')", choices=["raise", "zero"])
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -25,6 +26,41 @@ class NamedReward:
 
 class RewardError(RuntimeError):
     """A reward function failed or returned something other than one score per completion."""
+
+
+class RewardTimeout(RewardError):
+    """A reward function did not return within its time limit."""
+
+
+def is_group_level(fn: Callable) -> bool:
+    """True for rewards that score a whole group at once (they take ``group_ids``)."""
+    return bool(getattr(fn, "group_level", False) or getattr(getattr(fn, "func", None), "group_level", False))
+
+
+def call_with_timeout(name: str, fn: Callable, args: tuple, kwargs: dict, timeout_s: Optional[float]) -> Any:
+    """Run ``fn(*args, **kwargs)``; raise RewardTimeout naming the reward if it exceeds ``timeout_s``.
+
+    The call runs in a daemon thread, so a hung reward cannot block the run (its thread is left
+    behind; Python cannot kill it). ``timeout_s`` None or <= 0 calls directly.
+    """
+    if not timeout_s or timeout_s <= 0:
+        return fn(*args, **kwargs)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name=f"reward-{name}", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise RewardTimeout(f"reward '{name}' did not return within {timeout_s:g} s (train.reward_timeout_s)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 @dataclass
@@ -68,6 +104,7 @@ def _score_per_sample(
     completions: list[str],
     columns: dict[str, list],
     on_error: str,
+    timeout_s: Optional[float] = None,
 ) -> tuple[list[float], int]:
     """Call ``reward`` one sample at a time after a batch call raised; returns scores, failures."""
     scores: list[float] = []
@@ -75,7 +112,7 @@ def _score_per_sample(
     for i, (prompt, completion) in enumerate(zip(prompts, completions)):
         sample_columns = {k: [v[i]] for k, v in columns.items()}
         try:
-            result = reward.fn([prompt], [completion], **sample_columns)
+            result = call_with_timeout(reward.name, reward.fn, ([prompt], [completion]), sample_columns, timeout_s)
         except Exception as exc:
             if on_error == "raise":
                 raise RewardError(
@@ -89,20 +126,67 @@ def _score_per_sample(
     return scores, failures
 
 
+def _expand(name: str, raw: object, n: int) -> dict[str, list[float]]:
+    """One reward's output as named columns: plain scores -> {name}, dicts -> {name/key, ...}."""
+    if isinstance(raw, (list, tuple)) and raw and all(isinstance(v, dict) for v in raw):
+        if len(raw) != n:
+            raise RewardError(f"reward '{name}' returned {len(raw)} scores for {n} completions")
+        keys = sorted({k for v in raw for k in v})
+        return {f"{name}/{k}": _check_scores(f"{name}/{k}", [v.get(k) for v in raw], n) for k in keys}
+    return {name: _check_scores(name, raw, n)}
+
+
+def _score_one(
+    reward: NamedReward,
+    prompts: list[str],
+    completions: list[str],
+    columns: dict[str, list],
+    group_ids: Optional[list[int]],
+    on_error: str,
+    timeout_s: Optional[float],
+) -> tuple[dict[str, list[float]], int]:
+    """Columns of one reward and its failure count (timeouts and errors handled per ``on_error``)."""
+    n = len(completions)
+    kwargs = dict(columns)
+    group_level = is_group_level(reward.fn)
+    if group_level:
+        kwargs["group_ids"] = list(group_ids) if group_ids is not None else [0] * n
+    try:
+        raw = call_with_timeout(reward.name, reward.fn, (prompts, completions), kwargs, timeout_s)
+    except RewardTimeout:
+        if on_error == "raise":
+            raise
+        logger.warning("reward '%s' timed out: its %d samples score 0", reward.name, n)
+        return {reward.name: [0.0] * n}, n
+    except Exception as exc:
+        if group_level:  # a group scorer cannot be retried sample by sample
+            if on_error == "raise":
+                raise RewardError(f"reward '{reward.name}' failed on the batch: {type(exc).__name__}: {exc}") from exc
+            return {reward.name: [0.0] * n}, n
+        logger.debug("reward '%s' raised on the batch; retrying per sample", reward.name)
+        scores, failed = _score_per_sample(reward, prompts, completions, columns, on_error, timeout_s)
+        return {reward.name: scores}, failed
+    return _expand(reward.name, raw, n), 0
+
+
 def score_completions(
     rewards: list[NamedReward],
     prompts: list[str],
     completions: list[str],
     columns: dict[str, list],
     on_error: str = "raise",
+    group_ids: Optional[list[int]] = None,
+    timeout_s: Optional[float] = None,
 ) -> RewardScores:
     """Score ``completions`` with every reward; total = sum_r w_r * nan_to_num(score_r, 0).
 
-    Each reward is called once with the whole batch. If that raises, it is called per sample
-    to find the failing sample(s): ``on_error="raise"`` raises ``RewardError`` naming the
-    reward and sample index; ``on_error="zero"`` scores those samples 0.0 and counts them in
-    ``failures``. None scores become nan in ``per_reward`` and add 0 to ``total`` (TRL's
-    nansum); a sample where every reward is None gets total 0 and a logged warning.
+    Each reward is called once with the whole batch (group-level rewards also get
+    ``group_ids``). If a sample-level reward raises, it is called per sample to find the
+    failing sample(s): ``on_error="raise"`` raises ``RewardError`` naming the reward and sample
+    index; ``on_error="zero"`` scores those samples 0.0 and counts them in ``failures``. A call
+    that exceeds ``timeout_s`` is a failure of its whole batch. A reward returning a dict per
+    sample yields one column per key (``name/key``), each weighted by the reward's weight.
+    None scores become nan in ``per_reward`` and add 0 to ``total`` (TRL's nansum).
     ``columns`` holds per-sample lists (e.g. ``answer``), passed as keyword arguments.
     """
     if on_error not in ON_ERROR_CHOICES:
@@ -121,18 +205,11 @@ def score_completions(
     failures: dict[str, int] = {}
     total = torch.zeros(n, dtype=torch.float32)
     for reward in rewards:
-        try:
-            raw = reward.fn(prompts, completions, **columns)
-        except Exception:
-            logger.debug("reward '%s' raised on the batch; retrying per sample", reward.name)
-            scores, failures[reward.name] = _score_per_sample(
-                reward, prompts, completions, columns, on_error
-            )
-        else:
-            scores, failures[reward.name] = _check_scores(reward.name, raw, n), 0
-        tensor = torch.tensor(scores, dtype=torch.float32)  # [N]
-        per_reward[reward.name] = tensor
-        total += reward.weight * torch.nan_to_num(tensor, nan=0.0)
+        cols, failures[reward.name] = _score_one(reward, prompts, completions, columns, group_ids, on_error, timeout_s)
+        for col, scores in cols.items():
+            tensor = torch.tensor(scores, dtype=torch.float32)  # [N]
+            per_reward[col] = tensor
+            total += reward.weight * torch.nan_to_num(tensor, nan=0.0)
 
     if rewards and n:
         all_none = torch.stack(list(per_reward.values())).isnan().all(dim=0)  # [N]

@@ -45,7 +45,10 @@ def _sample_and_score(
     r = cfg.rollout
     params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
     batch = backend.generate(render(rows), rows, r.group_size, params)
-    scores = score_completions(rewards, batch.prompts, batch.completions, batch.columns(), on_error=cfg.train.on_reward_error)
+    scores = score_completions(
+        rewards, batch.prompts, batch.completions, batch.columns(), on_error=cfg.train.on_reward_error,
+        group_ids=batch.group_ids.tolist(), timeout_s=cfg.train.reward_timeout_s,
+    )
     metrics: dict[str, float] = {}
     if cfg.algorithm.overlong_cache:
         lengths = batch.completion_mask.sum(-1).float() + batch.truncated.float()  # truncated = over the cap

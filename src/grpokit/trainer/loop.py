@@ -232,6 +232,9 @@ class Trainer:
         rows = self.splits.heldout
         if not rows:
             return {}
+        if any(row.get("answer") is None for row in rows):
+            log.info("held-out rows have no answers (label-free data): skipping the accuracy evaluation")
+            return {}
         e = self.cfg.eval
         result = evaluate_accuracy(
             self.backend, rows, self._prompt_texts(rows), self.judge, batch_size=e.batch_size, max_new_tokens=e.max_new_tokens
