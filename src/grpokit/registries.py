@@ -17,6 +17,8 @@ _LOCATIONS = {
     "token_weights": ("grpokit.algos.token_weights", "TOKEN_WEIGHTS"),
     "filter": ("grpokit.algos.filters", "FILTERS"),
     "ratio": ("grpokit.algos.ratios", "RATIOS"),
+    "combiner": ("grpokit.rewards.combiners", "COMBINERS"),
+    "curriculum": ("grpokit.data.curricula", "CURRICULA"),
 }
 AXES = tuple(_LOCATIONS)
 

@@ -112,3 +112,25 @@ def test_drpo_state_is_checkpointed_and_restored(tiny_cfg, tmp_path):
     assert resumed.resume()
     restored = resumed.advantage_state.state_dict()
     assert json.dumps(restored, default=str, sort_keys=True) == json.dumps(saved, default=str, sort_keys=True)
+
+
+def test_curriculum_and_combiner_run_log_and_checkpoint(tiny_cfg):
+    cfg = tiny_cfg(**{
+        "train.steps": 2, "logging.checkpoint_every": 1,
+        "data.task_options": "{operators: ['+'], digits: 1}",
+        "data.curriculum": "pass_rate_filter",
+        "data.curriculum_options": "{online: true, min_observations: 1}",
+        "reward_combiner.name": "normalize_sum",
+        "rewards": f"[{{name: answer_match, weight: 1.0}}, {{name: '{__file__}:length_reward', weight: 0.5}}]",
+    })
+    trainer = Trainer(cfg, *tiny_model_and_tokenizer(seed=0))
+    trainer.train()
+    rows = [json.loads(l) for l in (cfg_dir(cfg) / "metrics.jsonl").read_text().splitlines()]
+    assert any(k.startswith("curriculum/") for k in rows[-1])
+    assert any(k.startswith("combiner/") for k in rows[-1])
+    state = trainer.sampler.curriculum.state_dict()
+    resumed = Trainer(cfg, *tiny_model_and_tokenizer(seed=0))
+    assert resumed.resume()
+    assert json.dumps(resumed.sampler.curriculum.state_dict(), sort_keys=True, default=str) == json.dumps(
+        state, sort_keys=True, default=str
+    )

@@ -71,6 +71,8 @@ class DataConfig:
     n_heldout: int = opt(200, "number of held-out prompts (built-in tasks)", ge=0)
     heldout_fraction: float = opt(0.1, "fraction of a user dataset kept for held-out eval", ge=0, lt=1)
     seed: int = opt(0, "seed of task generation, splitting and data order")
+    curriculum: Optional[str] = opt(None, "prompt curriculum (difficulty_augmentation, pass_rate_filter; null = none)", registry="curriculum")
+    curriculum_options: dict = opt({}, "keyword options of the curriculum")
 
 
 @dataclass
@@ -92,6 +94,14 @@ class RewardConfig:
     name: str = opt("answer_match", "registered reward, 'module:function' or 'file.py:function'")
     weight: float = opt(1.0, "weight in the summed reward")
     kwargs: dict = opt({}, "keyword options bound to the reward function")
+
+
+@dataclass
+class CombinerConfig:
+    """How several reward columns become the one reward the advantage sees."""
+
+    name: str = opt("fixed", "fixed (weighted sum), normalize_sum, hypervolume or mirror_descent", registry="combiner")
+    options: dict = opt({}, "keyword options of the combiner")
 
 
 @dataclass
@@ -185,6 +195,7 @@ class Config:
         default_factory=lambda: [RewardConfig()],
         metadata={"doc": "reward functions (list of {name, weight, kwargs})", "item_type": RewardConfig},
     )
+    reward_combiner: CombinerConfig = field(default_factory=CombinerConfig, metadata={"doc": "multi-objective reward combination"})
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig, metadata={"doc": "GRPO variant"})
     optim: OptimConfig = field(default_factory=OptimConfig, metadata={"doc": "optimizer"})
     train: TrainConfig = field(default_factory=TrainConfig, metadata={"doc": "run length"})

@@ -47,3 +47,44 @@ class PromptSampler:
         self.epoch = state["epoch"]
         self.index = state["index"]
         self._perm = self._permutation(self.epoch)
+
+
+class CurriculumSampler:
+    """A PromptSampler whose draws pass through a curriculum (filter, hint, perturb).
+
+    Same interface as :class:`PromptSampler` plus ``observe(rows, group_accuracy)``, which the
+    trainer calls after each step and ``curriculum`` for checkpointing. The augmentation RNG is
+    derived from (seed, data position), so a resumed run draws the same augmentations.
+    """
+
+    def __init__(self, sampler: PromptSampler, curriculum: Any) -> None:
+        self.sampler = sampler
+        self.curriculum = curriculum
+        self.rows = sampler.rows
+
+    def next_batch(self, n: int) -> list[dict]:
+        import random
+
+        rng = random.Random(f"{self.sampler.seed}-{self.sampler.epoch}-{self.sampler.index}")
+        out: list[dict] = []
+        drawn = 0
+        while len(out) < n:
+            if drawn > 4 * len(self.rows) + n:
+                raise ValueError("data.curriculum filters out every training prompt: loosen data.curriculum_options")
+            row = self.sampler.next_batch(1)[0]
+            drawn += 1
+            if self.curriculum.keep(row):
+                out.append(row)
+        return self.curriculum.transform(out, rng)
+
+    def observe(self, rows: list[dict], group_accuracy: list[float]) -> None:
+        self.curriculum.observe(rows, group_accuracy)
+
+    def metrics(self) -> dict[str, float]:
+        return {f"curriculum/{k}": float(v) for k, v in self.curriculum.metrics().items()}
+
+    def state(self) -> dict[str, Any]:
+        return self.sampler.state()
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.sampler.load_state(state)

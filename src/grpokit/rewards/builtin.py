@@ -221,3 +221,5 @@ def sorted_list(
         expected = _as_int_list(gold)
         scores.append(float(_last_int_list(completion) == expected))
     return scores
+
+from grpokit.rewards import group as _group  # noqa: E402,F401  (registers the group-level rewards)

@@ -8,7 +8,7 @@ DAPO's soft overlong punishment is added to the total reward here too.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
@@ -40,7 +40,8 @@ def concat_scores(parts: list[RewardScores]) -> RewardScores:
 
 
 def _sample_and_score(
-    cfg: Config, backend: GenerationBackend, rows: list[dict], render: Callable, rewards: list[NamedReward]
+    cfg: Config, backend: GenerationBackend, rows: list[dict], render: Callable, rewards: list[NamedReward],
+    combine: Optional[Callable] = None,
 ) -> tuple[RolloutBatch, RewardScores, dict[str, float]]:
     r = cfg.rollout
     params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
@@ -50,6 +51,9 @@ def _sample_and_score(
         group_ids=batch.group_ids.tolist(), timeout_s=cfg.train.reward_timeout_s,
     )
     metrics: dict[str, float] = {}
+    if combine is not None:
+        scores.total, combine_metrics = combine(scores, batch.group_ids)
+        metrics.update(combine_metrics)
     if cfg.algorithm.overlong_cache:
         lengths = batch.completion_mask.sum(-1).float() + batch.truncated.float()  # truncated = over the cap
         r_len, m = overlong_punishment(lengths, max_len=r.max_new_tokens, cache_len=cfg.algorithm.overlong_cache)
@@ -61,19 +65,20 @@ def _sample_and_score(
 def collect_batch(
     cfg: Config,
     backend: GenerationBackend,
-    sampler: PromptSampler,
+    sampler: "PromptSampler",
     render: Callable[[list[dict]], list[str]],
     rewards: list[NamedReward],
     pad_id: int,
+    combine: Optional[Callable] = None,
 ) -> tuple[RolloutBatch, RewardScores, dict[str, float]]:
     """One step's scored batch of ``prompts_per_step`` groups (fewer if dynamic sampling runs dry)."""
     n = cfg.rollout.prompts_per_step
     if not cfg.algorithm.dynamic_sampling:
-        return _sample_and_score(cfg, backend, sampler.next_batch(n), render, rewards)
+        return _sample_and_score(cfg, backend, sampler.next_batch(n), render, rewards, combine)
     kept_batches, kept_scores, metrics = [], [], {}
     kept_groups = rounds = sampled_groups = 0
     while kept_groups < n and rounds < cfg.algorithm.max_sampling_rounds:
-        batch, scores, metrics = _sample_and_score(cfg, backend, sampler.next_batch(n), render, rewards)
+        batch, scores, metrics = _sample_and_score(cfg, backend, sampler.next_batch(n), render, rewards, combine)
         keep, _ = dynamic_sampling(scores.total, batch.group_ids)
         rounds += 1
         sampled_groups += n

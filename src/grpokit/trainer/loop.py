@@ -19,7 +19,7 @@ import torch
 
 from grpokit.config.loading import dump_yaml
 from grpokit.config.schema import Config
-from grpokit.data.sampler import PromptSampler
+from grpokit.data.sampler import CurriculumSampler, PromptSampler
 from grpokit.registries import get_registry
 from grpokit.rollout.hf import HFBackend
 from grpokit.trainer import checkpoint as ckpt_io
@@ -68,6 +68,13 @@ class Trainer:
         self.optimizer = setup.build_optimizer(self.model, cfg.optim)
         self.scheduler = setup.build_scheduler(self.optimizer, cfg.optim, cfg.train.steps)
         self.sampler = PromptSampler(self.splits.train, cfg.data.seed)
+        if cfg.data.curriculum:
+            curriculum = get_registry("curriculum").get(cfg.data.curriculum)(**cfg.data.curriculum_options)
+            self.sampler = CurriculumSampler(self.sampler, curriculum)
+        from grpokit.rewards.combiners import new_combiner_state
+
+        self.combiner = get_registry("combiner").get(cfg.reward_combiner.name)
+        self.combiner_state = new_combiner_state(cfg.reward_combiner.name)
         self.advantage_fn = get_registry("advantage").get(algo.advantage)
         # Stateful estimators (e.g. drpo) expose a state factory; the state is checkpointed.
         make_state = getattr(self.advantage_fn, "make_state", None)
@@ -112,6 +119,15 @@ class Trainer:
             p.requires_grad_(False)
         return teacher.eval()
 
+    def _stateful(self) -> dict[str, Any]:
+        """Algorithm parts with state that checkpoints must carry (drpo history, curricula, combiners)."""
+        parts = {
+            "advantage_state": self.advantage_state,
+            "curriculum": getattr(self.sampler, "curriculum", None),
+            "combiner_state": self.combiner_state,
+        }
+        return {k: v for k, v in parts.items() if v is not None}
+
     def _ref_context(self):
         return self.model.disable_adapter() if hasattr(self.model, "peft_config") else None
 
@@ -125,8 +141,11 @@ class Trainer:
         t0 = time.perf_counter()
         self._step_start = (self.sampler.state(), ckpt_io.rng_state())
         batch, scores, collect_metrics = collect_batch(
-            cfg, self.backend, self.sampler, self._prompt_texts, self.rewards, self.backend.pad_id
+            cfg, self.backend, self.sampler, self._prompt_texts, self.rewards, self.backend.pad_id, combine=self._combine
         )
+        if hasattr(self.sampler, "observe"):  # curricula learn each prompt's difficulty
+            self._observe_groups(batch, scores)
+            collect_metrics.update(self.sampler.metrics())
         t_gen = time.perf_counter() - t0
 
         columns = batch.columns()
@@ -188,6 +207,24 @@ class Trainer:
         self._log_samples(batch, scores, adv)
         self._step_start = None  # the step is complete: nothing to rewind
         return metrics
+
+    def _combine(self, scores, group_ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """One reward per completion from all reward columns, through the configured combiner."""
+        names = list(scores.per_reward)
+        weight_of = {r.name: r.weight for r in self.rewards}
+        weights = torch.tensor([weight_of[n.split("/")[0]] for n in names], dtype=torch.float32)
+        matrix = torch.stack([scores.per_reward[n] for n in names], dim=1)  # [B, K]
+        total, self.combiner_state, m = self.combiner(
+            matrix, group_ids, weights=weights, state=self.combiner_state, **self.cfg.reward_combiner.options
+        )
+        return total, {k: float(v) for k, v in m.items()}
+
+    def _observe_groups(self, batch, scores) -> None:
+        correct = (scores.per_reward[self.judge.name].nan_to_num(0.0) >= 1.0).float()
+        n = int(batch.group_ids.max()) + 1
+        acc = torch.zeros(n).index_add_(0, batch.group_ids, correct) / torch.bincount(batch.group_ids, minlength=n)
+        first = [int((batch.group_ids == g).nonzero()[0]) for g in range(n)]
+        self.sampler.observe([batch.rows[i] for i in first], acc.tolist())
 
     def _optimizer_step(self) -> float:
         clip = self.cfg.optim.max_grad_norm
@@ -252,7 +289,7 @@ class Trainer:
             optimizer=self.optimizer,
             scheduler=self.scheduler,
             state={"sampler": self.sampler.state(), "elapsed_s": self.elapsed},
-            extra={"advantage_state": self.advantage_state.state_dict()} if self.advantage_state is not None else None,
+            extra={k: v.state_dict() for k, v in self._stateful().items()},
             keep=self.cfg.logging.keep_checkpoints,
             merged=self.cfg.model.lora.save_merged,
         )
@@ -265,8 +302,10 @@ class Trainer:
         ckpt_io.load_model_weights(self.model, ckpt)
         state = ckpt_io.load_training_state(ckpt, self.optimizer, self.scheduler)
         self.sampler.load_state(state["sampler"])
-        if self.advantage_state is not None:
-            self.advantage_state.load_state_dict(torch.load(ckpt / "extra.pt", weights_only=False)["advantage_state"])
+        if self._stateful():
+            extra = torch.load(ckpt / "extra.pt", weights_only=False)
+            for key, part in self._stateful().items():
+                part.load_state_dict(extra[key])
         self.step = state["step"]
         self.elapsed = state.get("elapsed_s", 0.0)
         self.logger.truncate_after(self.step)
