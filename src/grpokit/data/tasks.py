@@ -226,3 +226,6 @@ def sorting(
         return {"prompt": prompt, "answer": answer, "numbers": numbers, "task": "sorting"}
 
     return _sample_splits("sorting", seed, n_train, n_heldout, draw, enlarge="max_number")
+
+# Registers "text_to_sql"; imported last because it uses the helpers above.
+from grpokit.data import sql_task  # noqa: E402,F401
