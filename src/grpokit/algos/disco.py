@@ -148,3 +148,8 @@ def disco_b_loss(
     """
     opts = {"delta": delta, "constraint_beta": constraint_beta, "local_constraint": local_constraint}
     return _disco(inp, score=score, tau=None, **opts)
+
+
+# Trainer hook: with several updates per batch the trainer supplies the batch-level KL D.
+disco_loss.needs = ("constraint_kl",)  # type: ignore[attr-defined]
+disco_b_loss.needs = ("constraint_kl",)  # type: ignore[attr-defined]

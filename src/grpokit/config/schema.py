@@ -124,6 +124,8 @@ class AlgorithmConfig:
     kl: str = opt("k3", "KL estimator against the reference model", registry="kl")
     plan_delimiter: Optional[str] = opt(None, "TS-GRPO: completion tokens up to and including this text form the planning span (null = none)")
     ref_sync_every: int = opt(0, "copy the policy into the reference model every N steps (humanline; 0 = never)", ge=0)
+    entropy_band_coef: float = opt(0.0, "SPINE entropy-band regulariser on the selected tokens (0 = off)", ge=0)
+    entropy_band_quantiles: list = opt([0.1, 0.5], "SPINE band: per-row entropy quantiles [low, high] of the selected tokens")
     entropy_coef: float = opt(0.0, "entropy bonus: subtract coef * token entropy from the loss", ge=0)
     kl_clamp: bool = opt(False, "clamp the KL log-ratio to [-20, 20] and k3 to [-10, 10] (verl low_var_kl)")
     beta: float = opt(0.0, "KL coefficient (0 = no reference model is loaded)", ge=0)

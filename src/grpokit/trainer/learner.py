@@ -32,6 +32,8 @@ class Objective:
     max_len: int
     kl_options: Optional[dict] = None
     entropy_coef: float = 0.0
+    entropy_band_coef: float = 0.0
+    entropy_band_quantiles: tuple = (0.1, 0.5)
 
 
 def trim(batch: RolloutBatch) -> RolloutBatch:
@@ -81,6 +83,7 @@ def accumulate_gradients(
     token_weights: Optional[torch.Tensor] = None,
     rewards: Optional[torch.Tensor] = None,
     plan_mask: Optional[torch.Tensor] = None,
+    constraint_kl: Optional[torch.Tensor] = None,
     want_entropy: bool = True,
 ) -> dict[str, float]:
     """Backward the objective over all micro-batches (gradients accumulate in ``.grad``).
@@ -92,6 +95,7 @@ def accumulate_gradients(
     """
     num_seqs = float(len(adv))
     num_tokens = float(loss_mask.sum().clamp(min=1))
+    total_forks = float(((token_weights * loss_mask) > 0).sum().clamp(min=1)) if token_weights is not None else 1.0
     totals: dict[str, float] = {}
     weight_sum = 0.0
     for k, (rows, mb) in enumerate(parts):
@@ -100,7 +104,7 @@ def accumulate_gradients(
         logp, entropy = completion_logprobs(
             model, mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask,
             group_ids=mb.group_ids, temperature=temperature, with_entropy=want_entropy,
-            entropy_grad=objective.entropy_coef > 0,
+            entropy_grad=objective.entropy_coef > 0 or objective.entropy_band_coef > 0,
         )
         inp = LossInputs(
             logp=logp,
@@ -113,6 +117,7 @@ def accumulate_gradients(
             group_ids=mb.group_ids,
             rewards=rewards[rows] if rewards is not None else None,
             plan_mask=plan_mask[rows, :t].to(torch.float32) if plan_mask is not None else None,
+            constraint_kl=constraint_kl,
         )
         loss, metrics = grpo_objective(
             inp,
@@ -128,6 +133,10 @@ def accumulate_gradients(
             entropy_coef=objective.entropy_coef,
             token_weights=token_weights[rows, :t] if token_weights is not None else None,
         )
+        if objective.entropy_band_coef > 0 and entropy is not None and token_weights is not None:
+            band, band_metrics = _entropy_band(entropy, token_weights[rows, :t] * mask, objective, total_forks)
+            loss = loss + band
+            metrics.update(band_metrics)
         loss.backward()
         w = float(mask.sum())
         weight_sum += w
@@ -135,3 +144,17 @@ def accumulate_gradients(
         for key, value in metrics.items():
             totals[key] = totals.get(key, 0.0) + float(value) * w
     return {k: (v if k == "loss" else v / max(weight_sum, 1.0)) for k, v in totals.items()}
+
+
+def _entropy_band(entropy: torch.Tensor, forks: torch.Tensor, objective: Objective, total_forks: float):
+    """SPINE's band penalty on one micro-batch, normalised by the whole batch's fork count.
+
+    Quantiles are per row and rows never straddle micro-batches, so the sum over micro-batches
+    equals the full-batch penalty exactly.
+    """
+    from grpokit.algos.token_weights import entropy_band_penalty
+
+    low, high = objective.entropy_band_quantiles
+    penalty, metrics = entropy_band_penalty(entropy, forks, coef=objective.entropy_band_coef, low_q=low, high_q=high)
+    n_local = float((forks > 0).sum().clamp(min=1))
+    return penalty * (n_local / total_forks), metrics

@@ -88,6 +88,8 @@ class Trainer:
             loss_options={"epsilon_low": algo.epsilon_low, "epsilon_high": algo.epsilon_high, "ratio": algo.ratio, **algo.loss_options},
             kl_options={"clamp": algo.kl_clamp},
             entropy_coef=algo.entropy_coef,
+            entropy_band_coef=algo.entropy_band_coef,
+            entropy_band_quantiles=tuple(algo.entropy_band_quantiles),
             max_len=cfg.rollout.max_new_tokens,
         )
         self.step = 0
@@ -180,11 +182,17 @@ class Trainer:
         if schedule is not None:
             self.objective.loss_options.update(schedule(self.step, **self.objective.loss_options))
         learn: dict[str, float] = {}
-        for _ in range(algo.num_iterations):
+        for iteration in range(algo.num_iterations):
+            constraint_kl = None
+            if iteration > 0 and "constraint_kl" in getattr(self.policy_loss, "needs", ()):
+                # DisCO: token-mean KL(old || current) over the whole batch at the current weights
+                current = score_logprobs(self.model, parts, temperature)
+                diff = sum(float(((o - c) * loss_mask[r, : o.shape[1]]).sum()) for (r, _), o, c in zip(parts, old, current))
+                constraint_kl = torch.tensor(diff / float(loss_mask.sum().clamp(min=1)))
             learn = accumulate_gradients(
                 self.model, parts, adv, loss_mask, self.objective, temperature=temperature,
                 old_logps=old, ref_logps=ref, teacher_logps=teacher, token_weights=weights, rewards=scores.total,
-                plan_mask=plan_mask,
+                plan_mask=plan_mask, constraint_kl=constraint_kl,
             )
             learn["grad_norm"] = self._optimizer_step()
         t_learn = time.perf_counter() - t1
