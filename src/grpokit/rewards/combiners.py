@@ -303,3 +303,7 @@ def new_combiner_state(name: str) -> Optional[HypervolumeState | MirrorDescentSt
     COMBINERS.get(name)  # unknown names raise with the valid list
     cls = _STATES.get(name)
     return cls() if cls is not None else None
+
+
+# Trainer hook: this combiner wants per-objective policy gradients each step.
+mirror_descent.needs = ("objective_grads",)  # type: ignore[attr-defined]

@@ -52,7 +52,7 @@ def _sample_and_score(
     )
     metrics: dict[str, float] = {}
     if combine is not None:
-        scores.total, combine_metrics = combine(scores, batch.group_ids)
+        scores.total, combine_metrics = combine(scores, batch)
         metrics.update(combine_metrics)
     if cfg.algorithm.overlong_cache:
         lengths = batch.completion_mask.sum(-1).float() + batch.truncated.float()  # truncated = over the cap

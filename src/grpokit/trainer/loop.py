@@ -216,16 +216,56 @@ class Trainer:
         self._step_start = None  # the step is complete: nothing to rewind
         return metrics
 
-    def _combine(self, scores, group_ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    def _combine(self, scores, batch) -> tuple[torch.Tensor, dict[str, float]]:
         """One reward per completion from all reward columns, through the configured combiner."""
         names = list(scores.per_reward)
         weight_of = {r.name: r.weight for r in self.rewards}
         weights = torch.tensor([weight_of[n.split("/")[0]] for n in names], dtype=torch.float32)
         matrix = torch.stack([scores.per_reward[n] for n in names], dim=1)  # [B, K]
+        options = dict(self.cfg.reward_combiner.options)
+        extra = {}
+        if "objective_grads" in getattr(self.combiner, "needs", ()):
+            extra["objective_grads"] = self._objective_grads(batch, matrix.nan_to_num(0.0), options)
+            extra["lr"] = self.scheduler.get_last_lr()[0]
+        options = {k: v for k, v in options.items() if not k.startswith("grad_")}
         total, self.combiner_state, m = self.combiner(
-            matrix, group_ids, weights=weights, state=self.combiner_state, **self.cfg.reward_combiner.options
+            matrix, batch.group_ids, weights=weights, state=self.combiner_state, **options, **extra
         )
         return total, {k: float(v) for k, v in m.items()}
+
+    def _objective_grads(self, batch, matrix: torch.Tensor, options: dict) -> torch.Tensor:
+        """``[K, P]``: the policy-loss gradient with each objective's own advantage (arXiv 2509.11452).
+
+        Restricted to parameters whose name matches ``grad_param_pattern`` (default: the layers
+        from 1/3 to 5/6 of the depth, as the authors' 10-25 of 36) and to the first
+        ``grad_micro_batches`` micro-batches (K extra backward passes: the price of this combiner).
+        """
+        import re
+
+        if "grad_param_pattern" in options:
+            pattern = re.compile(options["grad_param_pattern"])
+            keep = lambda name: bool(pattern.search(name))  # noqa: E731
+        else:  # the authors' layers 10-25 of 36, as a fraction of this model's depth
+            n_layers = getattr(self.model.config, "num_hidden_layers", 0)
+            chosen = {str(i) for i in range(n_layers // 3, (5 * n_layers) // 6 + 1)}
+            keep = lambda name: any(f"layers.{i}." in name for i in chosen)  # noqa: E731
+        params = [p for n, p in self.model.named_parameters() if p.requires_grad and keep(n)]
+        if not params:
+            raise ValueError("reward_combiner.options.grad_param_pattern matches no trainable parameter")
+        parts = micro_batches(batch, self.cfg.train.micro_batch_size)[: int(options.get("grad_micro_batches", 1))]
+        temperature = self.cfg.rollout.temperature if self.cfg.model.temperature_in_logprobs else 1.0
+        algo = self.cfg.algorithm
+        grads = []
+        self.model.train()
+        for k in range(matrix.shape[1]):
+            adv, _ = self.advantage_fn(matrix[:, k], batch.group_ids, scale=algo.scale, std_mode=algo.std_mode,
+                                       std_eps=algo.std_eps, **algo.advantage_options)
+            self.optimizer.zero_grad(set_to_none=True)
+            accumulate_gradients(self.model, parts, adv, batch.completion_mask, self.objective,
+                                 temperature=temperature, want_entropy=False)
+            grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params]))
+        self.optimizer.zero_grad(set_to_none=True)
+        return torch.stack(grads)
 
     def _observe_groups(self, batch, scores) -> None:
         correct = (scores.per_reward[self.judge.name].nan_to_num(0.0) >= 1.0).float()
