@@ -137,6 +137,18 @@ class AlgorithmConfig:
 
 
 @dataclass
+class VerificationConfig:
+    """GRPO-Verif: sample a self-verification of every solution and train on it too."""
+
+    enabled: bool = opt(False, "sample one verification per solution (use with algorithm.loss=grpo_verif)")
+    template: str = opt(
+        "Question: {question}\nProposed answer: {solution}\nIs the proposed answer correct? Reply Yes or No.",
+        "verification prompt; {question} and {solution} are filled in",
+    )
+    max_new_tokens: int = opt(16, "verification length cap in tokens", ge=1)
+
+
+@dataclass
 class OptimConfig:
     """AdamW, schedule and gradient clipping."""
 
@@ -199,6 +211,7 @@ class Config:
     )
     reward_combiner: CombinerConfig = field(default_factory=CombinerConfig, metadata={"doc": "multi-objective reward combination"})
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig, metadata={"doc": "GRPO variant"})
+    verification: VerificationConfig = field(default_factory=VerificationConfig, metadata={"doc": "GRPO-Verif self-verification"})
     optim: OptimConfig = field(default_factory=OptimConfig, metadata={"doc": "optimizer"})
     train: TrainConfig = field(default_factory=TrainConfig, metadata={"doc": "run length"})
     eval: EvalConfig = field(default_factory=EvalConfig, metadata={"doc": "held-out eval"})

@@ -19,6 +19,7 @@ import torch
 
 from grpokit.data.answers import extract_answer_number, numbers_equal
 from grpokit.rewards.builtin import REWARDS
+from grpokit.rewards import embedders as _embedders, judge as _judge  # "minilm", "llm_judge"
 
 
 def _group_level(fn: Callable) -> Callable:
@@ -68,7 +69,9 @@ def _call_with_columns(fn: Callable, args: tuple, row: dict[str, Any]) -> Any:
 
 
 def _row(columns: dict[str, Any], i: int) -> dict[str, Any]:
-    return {k: v[i] for k, v in columns.items() if isinstance(v, (list, tuple)) and len(v) > i}
+    # lists are per-row columns; scalars are options (e.g. win_rate's judge_model), the same for every row
+    return {k: v[i] if isinstance(v, (list, tuple)) else v
+            for k, v in columns.items() if not isinstance(v, (list, tuple)) or len(v) > i}
 
 
 # ----------------------------------------------------------------------------- majority vote
@@ -169,7 +172,7 @@ def answer_preference(prompt: str, a: str, b: str, answer: Any = None) -> float:
     return 0.5 if ra == rb else float(ra)
 
 
-PREFERENCES: dict[str, Callable[..., float]] = {"length": length_preference, "answer": answer_preference}
+PREFERENCES: dict[str, Callable[..., float]] = {"length": length_preference, "answer": answer_preference, "llm_judge": _judge.llm_judge_prefer}
 
 
 def _checked_probability(value: Any) -> float:
@@ -251,7 +254,7 @@ def hashing_embed(texts: list[str], n: int = 3, dim: int = 2048) -> torch.Tensor
     return out
 
 
-EMBEDDERS: dict[str, Callable[[list[str]], torch.Tensor]] = {"hashing": hashing_embed}
+EMBEDDERS: dict[str, Callable[[list[str]], torch.Tensor]] = {"hashing": hashing_embed, "minilm": _embedders.minilm_embed}
 
 
 def _unit(x: torch.Tensor) -> torch.Tensor:

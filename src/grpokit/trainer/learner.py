@@ -84,6 +84,8 @@ def accumulate_gradients(
     rewards: Optional[torch.Tensor] = None,
     plan_mask: Optional[torch.Tensor] = None,
     constraint_kl: Optional[torch.Tensor] = None,
+    verif_mask: Optional[torch.Tensor] = None,
+    num_seqs: Optional[float] = None,
     want_entropy: bool = True,
 ) -> dict[str, float]:
     """Backward the objective over all micro-batches (gradients accumulate in ``.grad``).
@@ -93,7 +95,7 @@ def accumulate_gradients(
     rewards: [B] scalar rewards, for losses that use them.
     Returns metrics averaged over micro-batches, weighted by their token counts.
     """
-    num_seqs = float(len(adv))
+    num_seqs = num_seqs if num_seqs is not None else float(len(adv))
     num_tokens = float(loss_mask.sum().clamp(min=1))
     total_forks = float(((token_weights * loss_mask) > 0).sum().clamp(min=1)) if token_weights is not None else 1.0
     totals: dict[str, float] = {}
@@ -118,6 +120,7 @@ def accumulate_gradients(
             rewards=rewards[rows] if rewards is not None else None,
             plan_mask=plan_mask[rows, :t].to(torch.float32) if plan_mask is not None else None,
             constraint_kl=constraint_kl,
+            verif_mask=verif_mask[rows, :t].to(torch.float32) if verif_mask is not None else None,
         )
         loss, metrics = grpo_objective(
             inp,

@@ -25,7 +25,9 @@ from grpokit.rollout.hf import HFBackend
 from grpokit.trainer import checkpoint as ckpt_io
 from grpokit.trainer import setup
 from grpokit.rollout.types import span_mask_through
+from grpokit.rollout.types import SamplingParams
 from grpokit.trainer.collect import collect_batch
+from grpokit.trainer.verification import add_verification_rows
 from grpokit.trainer.evaluation import evaluate_accuracy
 from grpokit.trainer.learner import Objective, accumulate_gradients, micro_batches, score_logprobs
 from grpokit.trainer.metrics import RunLogger
@@ -164,6 +166,13 @@ class Trainer:
             entropy=batch.entropy, rewards=scores.total, **algo.token_weights_options,
         )
 
+        solutions = batch  # metrics and sample logs describe the solutions
+        rewards_all, verif_mask, num_seqs = scores.total, None, None
+        if cfg.verification.enabled:
+            batch, adv, loss_mask, weights, rewards_all, verif_mask, v_metrics = self._verify(batch, scores, adv, weights)
+            num_seqs = float(len(scores.total))  # normalise by solutions: verifications add alpha-terms
+            collect_metrics.update(v_metrics)
+
         plan_mask = None
         if algo.plan_delimiter:
             delim = self.tokenizer(algo.plan_delimiter, add_special_tokens=False).input_ids
@@ -191,28 +200,28 @@ class Trainer:
                 constraint_kl = torch.tensor(diff / float(loss_mask.sum().clamp(min=1)))
             learn = accumulate_gradients(
                 self.model, parts, adv, loss_mask, self.objective, temperature=temperature,
-                old_logps=old, ref_logps=ref, teacher_logps=teacher, token_weights=weights, rewards=scores.total,
-                plan_mask=plan_mask, constraint_kl=constraint_kl,
+                old_logps=old, ref_logps=ref, teacher_logps=teacher, token_weights=weights, rewards=rewards_all,
+                plan_mask=plan_mask, constraint_kl=constraint_kl, verif_mask=verif_mask, num_seqs=num_seqs,
             )
             learn["grad_norm"] = self._optimizer_step()
         t_learn = time.perf_counter() - t1
         self.step += 1
-        gen_tokens = float(batch.completion_mask.sum())
+        gen_tokens = float(solutions.completion_mask.sum())
         metrics = {
             **self._reward_metrics(scores),
             **{k: float(v) for k, v in {**adv_metrics, **weight_metrics}.items()},
             **collect_metrics,
             **learn,
             "lr": self.scheduler.get_last_lr()[0],
-            "completion_len/mean": gen_tokens / len(batch),
-            "completion_len/max": float(batch.completion_mask.sum(-1).max()),
-            "truncated_frac": float(batch.truncated.float().mean()),
+            "completion_len/mean": gen_tokens / len(solutions),
+            "completion_len/max": float(solutions.completion_mask.sum(-1).max()),
+            "truncated_frac": float(solutions.truncated.float().mean()),
             "tokens_per_s": gen_tokens / max(t_gen, 1e-9),
             "time/generation_s": t_gen,
             "time/learn_s": t_learn,
             "time/step_s": time.perf_counter() - t0,
         }
-        self._log_samples(batch, scores, adv)
+        self._log_samples(solutions, scores, adv[: len(solutions)])
         self._step_start = None  # the step is complete: nothing to rewind
         return metrics
 
@@ -273,6 +282,30 @@ class Trainer:
         acc = torch.zeros(n).index_add_(0, batch.group_ids, correct) / torch.bincount(batch.group_ids, minlength=n)
         first = [int((batch.group_ids == g).nonzero()[0]) for g in range(n)]
         self.sampler.observe([batch.rows[i] for i in first], acc.tolist())
+
+    def _verify(self, batch, scores, adv, weights):
+        """GRPO-Verif: append one self-verification row per solution (see trainer/verification.py)."""
+        cfg, algo = self.cfg, self.cfg.algorithm
+        n = len(batch)
+        correct = scores.per_reward[self.judge.name].nan_to_num(0.0) >= 1.0
+        params = SamplingParams(cfg.verification.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)
+
+        def advantage(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+            return self.advantage_fn(rewards, group_ids, scale=algo.scale, std_mode=algo.std_mode,
+                                     std_eps=algo.std_eps, **algo.advantage_options)[0]
+
+        merged, v_rewards, v_adv, metrics = add_verification_rows(
+            self.backend, batch, correct, self._prompt_texts, advantage, cfg.verification.template, params, self.backend.pad_id
+        )
+        width = merged.completion_ids.shape[1]
+        loss_mask = merged.completion_mask.clone()
+        if algo.mask_truncated:
+            loss_mask[merged.truncated] = 0
+        pad = width - weights.shape[1]
+        weights = torch.cat([torch.nn.functional.pad(weights, (0, pad)), loss_mask[n:].to(weights.dtype)])
+        verif_mask = torch.zeros_like(loss_mask)
+        verif_mask[n:] = loss_mask[n:]
+        return merged, torch.cat([adv, v_adv]), loss_mask, weights, torch.cat([scores.total, v_rewards]), verif_mask, metrics
 
     def _optimizer_step(self) -> float:
         clip = self.cfg.optim.max_grad_norm

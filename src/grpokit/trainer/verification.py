@@ -1,0 +1,70 @@
+"""GRPO-Verif's second rollout: the policy verifies its own solutions (arXiv 2511.15137).
+
+For every sampled solution y_i of question q, one verification v_i ~ pi(. | q, y_i) is sampled
+from a verification prompt. Its reward is +1 when the verdict matches the solution's
+correctness (the run's accuracy judge), -1 when it does not, -1.5 without a valid verdict
+(spec variants-a §10). Verification advantages are standardised over the n verifications of the
+same question, independently of the solution advantages. The verification rows are appended
+to the batch with ``verif_mask`` = their completion mask, which the ``grpo_verif`` loss weighs
+by alpha; the batch normaliser stays the number of solutions, so the objective is exact.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import torch
+
+from grpokit.rollout.types import GenerationBackend, RolloutBatch, SamplingParams, concat_batches
+
+_YES = re.compile(r"\b(yes|correct|right|true)\b", re.IGNORECASE)
+_NO = re.compile(r"\b(no|incorrect|wrong|false|not correct)\b", re.IGNORECASE)
+
+
+def parse_verdict(text: str) -> bool | None:
+    """True / False for the first yes-like / no-like word of ``text``; None if neither appears."""
+    yes, no = _YES.search(text), _NO.search(text)
+    if yes and (not no or yes.start() < no.start()):
+        return True
+    if no:
+        return False
+    return None
+
+
+def verification_rewards(verdicts: list[bool | None], correct: list[bool]) -> torch.Tensor:
+    """``[B]``: +1 verdict matches correctness, -1 it does not, -1.5 no valid verdict (spec §10)."""
+    out = [(-1.5 if v is None else (1.0 if v == c else -1.0)) for v, c in zip(verdicts, correct)]
+    return torch.tensor(out, dtype=torch.float32)
+
+
+def add_verification_rows(
+    backend: GenerationBackend,
+    batch: RolloutBatch,
+    correct: torch.Tensor,
+    render: Callable[[list[dict]], list[str]],
+    advantage: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    template: str,
+    params: SamplingParams,
+    pad_id: int,
+) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor, dict[str, float]]:
+    """(batch with verification rows appended, their rewards ``[B]``, advantages ``[B]``, metrics).
+
+    correct: [B] bool, the judge's verdict on each solution; advantage(rewards, group_ids) -> [B].
+    """
+    rows = [
+        {**row, "prompt": template.format(question=row["prompt"], solution=completion)}
+        for row, completion in zip(batch.rows, batch.completions)
+    ]
+    verif = backend.generate(render(rows), rows, 1, params)
+    verdicts = [parse_verdict(c) for c in verif.completions]
+    rewards = verification_rewards(verdicts, correct.tolist())
+    adv = advantage(rewards, batch.group_ids)  # standardised per question
+    merged = concat_batches([batch, verif], pad_id)  # verification rows get their own prompt groups
+    valid = [v is not None for v in verdicts]
+    metrics = {
+        "verif/reward_mean": float(rewards.mean()),
+        "verif/accuracy": float((rewards == 1.0).float().mean()),
+        "verif/valid_frac": sum(valid) / max(len(valid), 1),
+    }
+    return merged, rewards, adv, metrics
