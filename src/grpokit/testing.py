@@ -104,3 +104,22 @@ def save_tiny_model(directory: str | os.PathLike[str], seed: int = 0, **kwargs: 
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+def save_tiny_encoder(directory: "str | os.PathLike", seed: int = 0) -> str:
+    """Write a tiny random BERT encoder + word-level tokenizer to ``directory`` (reward-model tests)."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "please", "weapon", "install", "answer",
+             "the", "user's", "request", "."] + "a report weather blue table river music garden".split()
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    BertTokenizer(vocab={w: i for i, w in enumerate(words)}).save_pretrained(folder)
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(words), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64)
+    BertModel(config).save_pretrained(folder)
+    torch.random.set_rng_state(state)
+    return str(folder)

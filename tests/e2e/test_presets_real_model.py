@@ -5,16 +5,30 @@ import json
 import pytest
 
 from grpokit.cli import main
-from grpokit.config import preset_names
+from grpokit.config import load_config, preset_names
 
 pytestmark = pytest.mark.slow
 
 
+def train_reward_models_the_preset_needs(preset):
+    """Presets that score with a trained reward model get one, trained here on synthetic labels."""
+    from grpokit.rewards.reward_model import train_regression_rm
+    from grpokit.rm_cli import make_synthetic_rm_data
+
+    for r in load_config(preset=preset).rewards:
+        if "model_path" in r.kwargs:
+            rows = make_synthetic_rm_data(120, seed=0)
+            train_regression_rm(rows, "response", ["politeness", "safety", "actionability"], r.kwargs["model_path"],
+                                freeze_backbone=True, epochs=20, max_length=32)
+
+
 @pytest.mark.parametrize("preset", [p for p in preset_names() if p != "demo"])
-def test_preset_runs_on_real_model(preset, tmp_path):
+def test_preset_runs_on_real_model(preset, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative paths of a preset (reward models, runs/) land here
+    train_reward_models_the_preset_needs(preset)
     code = main([
         "train", "--preset", preset,
-        "--set", f"logging.output_dir={tmp_path}",
+        "--set", f"logging.output_dir={tmp_path / 'run'}",
         "--set", "train.steps=1",
         "--set", "rollout.prompts_per_step=2",
         "--set", "rollout.max_new_tokens=16",
@@ -22,5 +36,5 @@ def test_preset_runs_on_real_model(preset, tmp_path):
         "--set", "logging.progress=false",
     ])
     assert code == 0
-    m = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    m = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert m["loss"] == m["loss"]  # not NaN

@@ -110,17 +110,9 @@ def test_pairwise_rm_reaches_accuracy_09(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_backbone(tmp_path_factory):
-    from transformers import BertConfig, BertModel, BertTokenizer
+    from grpokit.testing import save_tiny_encoder
 
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "please", "weapon", "install", "answer",
-             "the", "user's", "request", "."] + "a report weather blue table river music garden".split()
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    BertTokenizer(vocab={w: i for i, w in enumerate(words)}).save_pretrained(folder)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(words), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)
-    BertModel(config).save_pretrained(folder)
-    return str(folder)
+    return save_tiny_encoder(tmp_path_factory.mktemp("tiny-bert"))
 
 
 def test_fine_tuned_regression_round_trip(tiny_backbone, tmp_path):

@@ -22,14 +22,35 @@ TINY = [
 ]
 
 
+@pytest.fixture(scope="module")
+def reward_model_dir(tmp_path_factory):
+    """A small multi-label reward model for presets that score with `rm_score`."""
+    from grpokit.rewards.reward_model import train_regression_rm
+    from grpokit.rm_cli import make_synthetic_rm_data
+    from grpokit.testing import save_tiny_encoder
+
+    out = tmp_path_factory.mktemp("rm")
+    rows = make_synthetic_rm_data(40, seed=0)
+    train_regression_rm(rows, "response", ["politeness", "safety"], out, backbone=save_tiny_encoder(out / "enc"), epochs=1)
+    return str(out)
+
+
+def use_test_reward_model(cfg, reward_model_dir):
+    for r in cfg.rewards:
+        if "model_path" in r.kwargs:
+            r.kwargs["model_path"] = reward_model_dir
+
+
 @pytest.mark.parametrize("preset", preset_names())
-def test_preset_trains_tiny_model_3_steps(preset, tiny_dir, tmp_path):
+def test_preset_trains_tiny_model_3_steps(preset, tiny_dir, tmp_path, request):
     overrides = TINY + [f"model.name={tiny_dir}", f"logging.output_dir={tmp_path}", "train.steps=3"]
     cfg = load_config(preset=preset, overrides=overrides)
     cfg.rollout.max_new_tokens = 8
     if cfg.model.teacher:
         cfg.model.teacher = tiny_dir
     cfg.model.lora.target_modules = ["q_proj", "v_proj"]
+    if any("model_path" in r.kwargs for r in cfg.rewards):
+        use_test_reward_model(cfg, request.getfixturevalue("reward_model_dir"))
     Trainer(cfg).train()
     rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]

@@ -149,3 +149,16 @@ def test_mirror_descent_moves_weights_from_objective_gradients(tiny_cfg):
     assert m["combiner/w0"] + m["combiner/w1"] == pytest.approx(1.0, abs=1e-5)
     assert m["combiner/w0"] != pytest.approx(0.5, abs=1e-6)
     assert "combiner/influence0" in m
+
+
+def test_hypervolume_combiner_gets_online_validation_vectors(tiny_cfg):
+    cfg = tiny_cfg(**{
+        "train.steps": 2, "rollout.max_new_tokens": 8,
+        "rewards": f"[{{name: '{__file__}:length_reward'}}, {{name: '{__file__}:count_x'}}]",
+        "reward_combiner.name": "hypervolume",
+    })
+    trainer = Trainer(cfg, *tiny_model_and_tokenizer(seed=0))
+    trainer.train_step()
+    m = trainer.train_step()
+    assert trainer.combiner_state.buffer.shape[0] >= 1  # the Pareto buffer saw the validation vectors
+    assert "combiner/meta_reward" in m

@@ -307,3 +307,7 @@ def new_combiner_state(name: str) -> Optional[HypervolumeState | MirrorDescentSt
 
 # Trainer hook: this combiner wants per-objective policy gradients each step.
 mirror_descent.needs = ("objective_grads",)  # type: ignore[attr-defined]
+# Trainer hook: the trainer passes a per-objective "validation" vector each step; it uses the
+# batch's mean score per objective, an online stand-in for the paper's periodic validation
+# set [inferred].
+hypervolume_combiner.needs = ("validation",)  # type: ignore[attr-defined]

@@ -236,6 +236,8 @@ class Trainer:
         if "objective_grads" in getattr(self.combiner, "needs", ()):
             extra["objective_grads"] = self._objective_grads(batch, matrix.nan_to_num(0.0), options)
             extra["lr"] = self.scheduler.get_last_lr()[0]
+        if "validation" in getattr(self.combiner, "needs", ()):
+            extra["validation"] = matrix.nan_to_num(0.0).mean(0)  # online per-objective means [inferred]
         options = {k: v for k, v in options.items() if not k.startswith("grad_")}
         total, self.combiner_state, m = self.combiner(
             matrix, batch.group_ids, weights=weights, state=self.combiner_state, **options, **extra
