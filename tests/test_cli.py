@@ -72,3 +72,22 @@ def test_list_shows_every_axis_and_presets(capsys):
 def test_rm_subcommand_usage_error(capsys):
     assert main(["rm"]) == 2
     assert "grpokit rm train" in capsys.readouterr().err
+
+
+def test_train_label_free_dataset_with_majority_vote(tmp_path, tiny_dir, monkeypatch, capsys):
+    # TTRL: a dataset without answers trains when the reward needs none
+    data = tmp_path / "unlabelled.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {a} + {a}?"}) + "\n" for a in range(12)))
+    monkeypatch.chdir(tmp_path)
+    code = main([
+        "train", "--preset", "ttrl",
+        "--set", f"model.name={tiny_dir}", "--set", f"data.path={data}", "--set", "data.task=null",
+        "--set", "data.prompt_column=question", "--set", "data.answer_column=null",
+        "--set", "rewards=[{name: majority_vote}]", "--set", "eval.accuracy_reward=null",
+        "--set", "train.steps=1", "--set", "train.max_minutes=0", "--set", "rollout.max_new_tokens=4",
+        "--set", "rollout.prompts_per_step=2", "--set", "rollout.group_size=4",
+        "--set", "logging.output_dir=run", "--set", "logging.progress=false",
+    ])
+    assert code == 0, capsys.readouterr().err
+    metrics = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert "reward/majority_vote/mean" in metrics
