@@ -179,6 +179,37 @@ class Trainer:
             plan_mask = span_mask_through(batch.completion_ids, delim) * loss_mask
 
         t1 = time.perf_counter()
+        learn = self._learn(batch, adv, loss_mask, weights, rewards_all, dict(
+            plan_mask=plan_mask, verif_mask=verif_mask, num_seqs=num_seqs,
+        ))
+        t_learn = time.perf_counter() - t1
+        self.step += 1
+        gen_tokens = float(solutions.completion_mask.sum())
+        metrics = {
+            **self._reward_metrics(scores),
+            **{k: float(v) for k, v in {**adv_metrics, **weight_metrics}.items()},
+            **collect_metrics,
+            **learn,
+            "lr": self.scheduler.get_last_lr()[0],
+            "completion_len/mean": gen_tokens / len(solutions),
+            "completion_len/max": float(solutions.completion_mask.sum(-1).max()),
+            "truncated_frac": float(solutions.truncated.float().mean()),
+            "tokens_per_s": gen_tokens / max(t_gen, 1e-9),
+            "time/generation_s": t_gen,
+            "time/learn_s": t_learn,
+            "time/step_s": time.perf_counter() - t0,
+        }
+        self._log_samples(solutions, scores, adv[: len(solutions)])
+        self._step_start = None  # the step is complete: nothing to rewind
+        return metrics
+
+    def _learn(self, batch, adv, loss_mask, weights, rewards, extra: dict) -> dict[str, float]:
+        """mu optimizer steps on one batch: old / reference / teacher log-probs, then the objective.
+
+        adv: [B]; loss_mask, weights: [B, T]; rewards: [B]; extra: optional per-token inputs of
+        particular losses (plan_mask, verif_mask) and the batch normaliser num_seqs.
+        """
+        cfg, algo = self.cfg, self.cfg.algorithm
         self.model.train()
         parts = micro_batches(batch, cfg.train.micro_batch_size)
         temperature = cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0
@@ -200,30 +231,11 @@ class Trainer:
                 constraint_kl = torch.tensor(diff / float(loss_mask.sum().clamp(min=1)))
             learn = accumulate_gradients(
                 self.model, parts, adv, loss_mask, self.objective, temperature=temperature,
-                old_logps=old, ref_logps=ref, teacher_logps=teacher, token_weights=weights, rewards=rewards_all,
-                plan_mask=plan_mask, constraint_kl=constraint_kl, verif_mask=verif_mask, num_seqs=num_seqs,
+                old_logps=old, ref_logps=ref, teacher_logps=teacher, token_weights=weights, rewards=rewards,
+                constraint_kl=constraint_kl, **extra,
             )
             learn["grad_norm"] = self._optimizer_step()
-        t_learn = time.perf_counter() - t1
-        self.step += 1
-        gen_tokens = float(solutions.completion_mask.sum())
-        metrics = {
-            **self._reward_metrics(scores),
-            **{k: float(v) for k, v in {**adv_metrics, **weight_metrics}.items()},
-            **collect_metrics,
-            **learn,
-            "lr": self.scheduler.get_last_lr()[0],
-            "completion_len/mean": gen_tokens / len(solutions),
-            "completion_len/max": float(solutions.completion_mask.sum(-1).max()),
-            "truncated_frac": float(solutions.truncated.float().mean()),
-            "tokens_per_s": gen_tokens / max(t_gen, 1e-9),
-            "time/generation_s": t_gen,
-            "time/learn_s": t_learn,
-            "time/step_s": time.perf_counter() - t0,
-        }
-        self._log_samples(solutions, scores, adv[: len(solutions)])
-        self._step_start = None  # the step is complete: nothing to rewind
-        return metrics
+        return learn
 
     def _combine(self, scores, batch) -> tuple[torch.Tensor, dict[str, float]]:
         """One reward per completion from all reward columns, through the configured combiner."""
