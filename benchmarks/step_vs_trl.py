@@ -1,0 +1,394 @@
+#!/usr/bin/env python
+"""Seconds per GRPO step: grpokit vs TRL's ``GRPOTrainer`` on one identical config.
+
+    python benchmarks/step_vs_trl.py                       # all four configs, 1 warm-up + 3 timed steps
+    python benchmarks/step_vs_trl.py --configs full-b0 --steps 2 --warmup 1
+
+Needs the ``bench`` extra (``pip install -e '.[bench]'``, i.e. ``trl``). Each (library, config)
+pair runs in its own child process, so the peak RSS reported (``ru_maxrss``) belongs to that run
+alone; the child reports JSON back to this parent, which prints a Markdown table on stdout
+(progress goes to stderr). The last stdout line is machine-readable::
+
+    speedup=<TRL s/step / grpokit s/step> memory_ratio=<grpokit peak RSS / TRL peak RSS>
+
+(with several configs: the geometric mean of the per-config ratios).
+
+FLOP utilisation = (the step's model FLOPs / step seconds) / (fp32 matmul rate measured here).
+Model FLOPs, with N = parameter count of the base model and token counts per step summed over
+the 32 sequences (prompt + completion; padding not counted, attention FLOPs ignored):
+generation 2·N per token (prefill + sampled tokens), learner 6·N per token (forward+backward;
+also used for LoRA, where it overstates: no weight gradients of the frozen base), 2·N per token
+for each no-grad forward (the reference model when beta > 0). TRL's gradient-checkpointing
+recomputation is not counted as useful work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+CONFIGS = {
+    "full-b0": {"lora": False, "beta": 0.0},
+    "full-b0.04": {"lora": False, "beta": 0.04},
+    "lora-b0": {"lora": True, "beta": 0.0},
+    "lora-b0.04": {"lora": True, "beta": 0.04},
+}
+PROMPTS_PER_STEP = 4
+GROUP_SIZE = 8
+MICRO_BATCH = 16  # grpokit demo preset's train.micro_batch_size; TRL gets the same per-device batch
+MODEL = "smollm2-135m-instruct"
+RESULT_TAG = "BENCH_RESULT_JSON:"
+
+log = logging.getLogger("step_vs_trl")
+
+
+# ---------------------------------------------------------------------------- shared helpers
+def _grpokit_config(spec: dict, steps: int, max_new_tokens: int, output_dir: str):
+    from grpokit.config import load_config
+
+    overrides = [
+        f"model.name={MODEL}",
+        f"rollout.max_new_tokens={max_new_tokens}",
+        f"rollout.prompts_per_step={PROMPTS_PER_STEP}",
+        f"rollout.group_size={GROUP_SIZE}",
+        f"train.micro_batch_size={MICRO_BATCH}",
+        f"train.steps={steps}",
+        "train.max_minutes=0",
+        "eval.before=false",
+        "eval.after=false",
+        "logging.progress=false",
+        "logging.checkpoint_every=0",
+        "logging.log_samples_every=0",
+        f"algorithm.beta={spec['beta']}",
+        f"model.lora.enabled={'true' if spec['lora'] else 'false'}",
+        f"logging.output_dir={output_dir}",
+    ]
+    return load_config(preset="demo", overrides=overrides)
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def _prompt_stats(cfg) -> dict[str, float]:
+    """Parameter count of the base model and mean prompt length (tokens) of the training split."""
+    from grpokit.model.loading import load_model
+    from grpokit.trainer import setup
+
+    model, tok = load_model(cfg.model.name, dtype=cfg.model.dtype)
+    n_params = sum(p.numel() for p in model.parameters())  # tied embeddings counted once
+    rows = setup.build_splits(cfg.data).train
+    texts = setup.render_all(tok, rows, cfg.data.system_prompt)
+    lens = [len(tok(t, add_special_tokens=False).input_ids) for t in texts]
+    return {"n_params": float(n_params), "prompt_tokens_mean": statistics.fmean(lens)}
+
+
+def _finish(result: dict) -> None:
+    result["peak_rss_mib"] = _peak_rss_mib()
+    print(RESULT_TAG + json.dumps(result), flush=True)
+
+
+# ---------------------------------------------------------------------------- grpokit child
+def child_grpokit(name: str, warmup: int, steps: int, max_new_tokens: int) -> None:
+    from grpokit.trainer.loop import Trainer
+
+    spec = CONFIGS[name]
+    with tempfile.TemporaryDirectory(prefix="bench-grpokit-") as tmp:
+        cfg = _grpokit_config(spec, warmup + steps, max_new_tokens, tmp)
+        t0 = time.perf_counter()
+        trainer = Trainer(cfg)
+        setup_s = time.perf_counter() - t0
+        records = []
+        for i in range(warmup + steps):
+            t = time.perf_counter()
+            m = trainer.train_step()
+            wall = time.perf_counter() - t
+            rec = {
+                "step_s": wall,
+                "gen_s": m["time/generation_s"],
+                "learn_s": m["time/learn_s"],
+                "completion_len": m["completion_len/mean"],
+                "completion_max": m["completion_len/max"],
+                "warmup": i < warmup,
+            }
+            records.append(rec)
+            log.info("grpokit %s step %d/%d%s: %.1fs (gen %.1fs, learn %.1fs, len %.1f)", name, i + 1, warmup + steps,
+                     " [warm-up]" if rec["warmup"] else "", wall, rec["gen_s"], rec["learn_s"], rec["completion_len"])
+        trainer.logger.close()
+    _finish({"side": "grpokit", "config": name, "setup_s": setup_s, "steps": records, "split": "grpokit metrics"})
+
+
+# ---------------------------------------------------------------------------- TRL child
+def child_trl(name: str, warmup: int, steps: int, max_new_tokens: int) -> None:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from grpokit.model.loading import load_model
+    from grpokit.rewards.builtin import answer_match
+    from grpokit.trainer import setup
+
+    spec = CONFIGS[name]
+    with tempfile.TemporaryDirectory(prefix="bench-trl-") as tmp:
+        gcfg = _grpokit_config(spec, warmup + steps, max_new_tokens, tmp)
+        rows = setup.build_splits(gcfg.data).train
+        dataset = Dataset.from_list(
+            [{"prompt": [{"role": "user", "content": r["prompt"]}], "answer": str(r["answer"])} for r in rows]
+        )
+
+        def answer_match_reward(prompts, completions, answer, **kw):
+            texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+            return [0.0 if s is None else s for s in answer_match(prompts, texts, answer=answer)]
+
+        answer_match_reward.__name__ = "answer_match"
+
+        algo, optim, lora = gcfg.algorithm, gcfg.optim, gcfg.model.lora
+        args = GRPOConfig(
+            output_dir=tmp,
+            use_cpu=True,
+            bf16=False,
+            fp16=False,
+            report_to="none",
+            save_strategy="no",
+            logging_steps=1,
+            disable_tqdm=True,
+            max_steps=warmup + steps,
+            seed=gcfg.train.seed,
+            # one optimizer step = 4 prompts x 8 completions = 32 sequences, learned in micro-batches of 16
+            num_generations=GROUP_SIZE,
+            per_device_train_batch_size=MICRO_BATCH,
+            gradient_accumulation_steps=PROMPTS_PER_STEP * GROUP_SIZE // MICRO_BATCH,
+            steps_per_generation=PROMPTS_PER_STEP * GROUP_SIZE // MICRO_BATCH,
+            max_completion_length=max_new_tokens,
+            temperature=gcfg.rollout.temperature,
+            top_p=gcfg.rollout.top_p,
+            top_k=gcfg.rollout.top_k,
+            learning_rate=optim.lr,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            weight_decay=optim.weight_decay,
+            adam_beta1=optim.betas[0],
+            adam_beta2=optim.betas[1],
+            max_grad_norm=optim.max_grad_norm,
+            beta=algo.beta,
+            num_iterations=algo.num_iterations,
+            epsilon=algo.epsilon_low,
+            epsilon_high=algo.epsilon_high,
+            loss_type="grpo",  # = grpokit's seq_mean_token_mean aggregation
+            scale_rewards="group",
+            mask_truncated_completions=algo.mask_truncated,
+            # gradient_checkpointing: left at TRL's default (True)
+        )
+        model, tokenizer = load_model(MODEL, dtype=gcfg.model.dtype)
+        peft_config = None
+        if spec["lora"]:
+            import peft
+
+            peft_config = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                                          target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+
+        records: list[dict[str, Any]] = []
+        cur: dict[str, Any] = {}
+
+        class Timer(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kw):
+                cur.clear()
+                cur.update(gen_s=0.0, t0=time.perf_counter())
+
+            def on_step_end(self, args, state, control, **kw):
+                wall = time.perf_counter() - cur["t0"]
+                rec = {"step_s": wall, "gen_s": cur["gen_s"], "learn_s": wall - cur["gen_s"],
+                       "warmup": len(records) < warmup}
+                records.append(rec)
+
+            def on_log(self, args, state, control, logs=None, **kw):
+                if records and logs and "completions/mean_length" in logs:
+                    rec = records[-1]
+                    rec["completion_len"] = float(logs["completions/mean_length"])
+                    rec["completion_max"] = float(logs.get("completions/max_length", float("nan")))
+                    rec["trl_step_time"] = logs.get("step_time")
+                    log.info("TRL %s step %d/%d%s: %.1fs (gen+reward %.1fs, rest %.1fs, len %.1f)", name, len(records),
+                             warmup + steps, " [warm-up]" if rec["warmup"] else "", rec["step_s"], rec["gen_s"],
+                             rec["learn_s"], rec["completion_len"])
+
+        t0 = time.perf_counter()
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[answer_match_reward],
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=[Timer()],
+        )
+        setup_s = time.perf_counter() - t0
+
+        # TRL keeps its own phase timings (profiling_context) only for wandb/mlflow/trackio, so the
+        # generation/learning split is measured by timing-only wrappers of two of its (private)
+        # methods: sampling (_generate) and reward scoring (_calculate_rewards) = grpokit's
+        # "generation" phase (collect_batch). Everything else in the step counts as learning.
+        split = "wrapped TRL _generate + _calculate_rewards"
+        for attr in ("_generate", "_calculate_rewards"):
+            inner = getattr(trainer, attr, None)
+            if inner is None:
+                split = "total only (TRL method %s not found)" % attr
+                continue
+
+            def timed(*a, _inner=inner, **kw):
+                t = time.perf_counter()
+                try:
+                    return _inner(*a, **kw)
+                finally:
+                    if "gen_s" in cur:
+                        cur["gen_s"] += time.perf_counter() - t
+
+            setattr(trainer, attr, timed)
+        trainer.train()
+        if split.startswith("total only"):
+            for rec in records:
+                rec["gen_s"] = rec["learn_s"] = float("nan")
+    _finish({"side": "trl", "config": name, "setup_s": setup_s, "steps": records, "split": split})
+
+
+# ---------------------------------------------------------------------------- parent
+def matmul_gflops(n: int = 2048, reps: int = 5) -> float:
+    import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(2):
+        a @ b
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
+
+
+def run_child(side: str, name: str, a: argparse.Namespace) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--_child", side, "--configs", name, "--steps", str(a.steps),
+           "--warmup", str(a.warmup), "--max-new-tokens", str(a.max_new_tokens)]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    log.info("running %s %s ...", side, name)
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)  # stderr passes through
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"{side} {name} failed (exit {proc.returncode}); stdout tail:\n{proc.stdout[-2000:]}")
+    res = json.loads(lines[-1][len(RESULT_TAG):])
+    log.info("%s %s done in %.0fs (peak RSS %.0f MiB)", side, name, time.perf_counter() - t, res["peak_rss_mib"])
+    return res
+
+
+def summarise(res: dict, stats: dict, rate_gflops: float, beta: float) -> dict:
+    timed = [r for r in res["steps"] if not r["warmup"]]
+    mean = lambda k: statistics.fmean(r[k] for r in timed)  # noqa: E731
+    n_seq = PROMPTS_PER_STEP * GROUP_SIZE
+    comp = mean("completion_len") if all("completion_len" in r for r in timed) else float("nan")
+    gen_tokens = comp * n_seq
+    seq_tokens = (stats["prompt_tokens_mean"] + comp) * n_seq
+    n = stats["n_params"]
+    flops = 2 * n * seq_tokens + 6 * n * seq_tokens + (2 * n * seq_tokens if beta > 0 else 0.0)
+    step_s = mean("step_s")
+    return {
+        "step_s": step_s,
+        "step_s_min": min(r["step_s"] for r in timed),
+        "gen_s": mean("gen_s"),
+        "learn_s": mean("learn_s"),
+        "completion_len": comp,
+        "completion_max": statistics.fmean(r.get("completion_max", float("nan")) for r in timed),
+        "tok_s": gen_tokens / step_s,
+        "gen_tok_s": gen_tokens / mean("gen_s") if mean("gen_s") > 0 else float("nan"),
+        "rss": res["peak_rss_mib"],
+        "flop_util": flops / step_s / (rate_gflops * 1e9),
+        "split": res["split"],
+        "n_timed": len(timed),
+    }
+
+
+def fmt(x: float, digits: int = 1) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=3, help="timed steps per run (after warm-up)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed warm-up steps per run")
+    p.add_argument("--configs", default=",".join(CONFIGS), help="comma list of " + ",".join(CONFIGS))
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--skip-trl", action="store_true", help="time grpokit only")
+    p.add_argument("--_child", choices=["grpokit", "trl"], help=argparse.SUPPRESS)
+    a = p.parse_args()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    names = [c.strip() for c in a.configs.split(",") if c.strip()]
+    bad = [c for c in names if c not in CONFIGS]
+    if bad:
+        p.error(f"unknown config(s) {bad}; choose from {list(CONFIGS)}")
+    if a._child:
+        (child_grpokit if a._child == "grpokit" else child_trl)(names[0], a.warmup, a.steps, a.max_new_tokens)
+        return
+    if a.steps < 1:
+        p.error("--steps must be >= 1")
+
+    import torch
+
+    rate = matmul_gflops()
+    log.info("fp32 matmul (2048^3): %.1f GFLOP/s on %d torch threads", rate, torch.get_num_threads())
+    with tempfile.TemporaryDirectory() as tmp:
+        stats = _prompt_stats(_grpokit_config(CONFIGS[names[0]], 1, a.max_new_tokens, tmp))
+    log.info("N = %.1fM parameters; mean prompt length %.1f tokens", stats["n_params"] / 1e6, stats["prompt_tokens_mean"])
+
+    rows, speedups, mem_ratios = [], [], []
+    for name in names:
+        beta = CONFIGS[name]["beta"]
+        g = summarise(run_child("grpokit", name, a), stats, rate, beta)
+        t = None if a.skip_trl else summarise(run_child("trl", name, a), stats, rate, beta)
+        rows.append((name, g, t))
+        if t is not None:
+            speedups.append(t["step_s"] / g["step_s"])
+            mem_ratios.append(g["rss"] / t["rss"])
+
+    cols = ["config", "side", "s/step", "min s/step", "gen s", "learn s", "peak RSS MiB", "compl. len", "max len",
+            "tok/s (step)", "tok/s (gen)", "FLOP util"]
+    out = [f"| {' | '.join(cols)} |", "|" + "---|" * len(cols)]
+    for name, g, t in rows:
+        for side, r in (("grpokit", g), ("TRL", t)):
+            if r is None:
+                continue
+            out.append("| " + " | ".join([
+                name, side, fmt(r["step_s"]), fmt(r["step_s_min"]), fmt(r["gen_s"]), fmt(r["learn_s"]),
+                fmt(r["rss"], 0), fmt(r["completion_len"]), fmt(r["completion_max"]), fmt(r["tok_s"]), fmt(r["gen_tok_s"]),
+                f"{100 * r['flop_util']:.1f}%" if not math.isnan(r["flop_util"]) else "n/a",
+            ]) + " |")
+        if t is not None:
+            ratio = lambda k: g[k] / t[k] if t[k] else float("nan")  # noqa: E731
+            out.append("| " + " | ".join([
+                name, "grpokit/TRL", fmt(ratio("step_s"), 2), fmt(ratio("step_s_min"), 2), fmt(ratio("gen_s"), 2),
+                fmt(ratio("learn_s"), 2), fmt(ratio("rss"), 2), fmt(ratio("completion_len"), 2), fmt(ratio("completion_max"), 2), fmt(ratio("tok_s"), 2),
+                fmt(ratio("gen_tok_s"), 2), fmt(ratio("flop_util"), 2),
+            ]) + " |")
+    print()
+    print("\n".join(out))
+    print()
+    print(f"fp32 matmul rate: {rate:.1f} GFLOP/s (2048^3, {torch.get_num_threads()} threads); N = {stats['n_params']:.0f}; "
+          f"mean prompt {stats['prompt_tokens_mean']:.1f} tokens; {PROMPTS_PER_STEP} prompts x {GROUP_SIZE} completions, "
+          f"max {a.max_new_tokens} new tokens; {a.warmup} warm-up + {a.steps} timed steps per run")
+    if rows and rows[0][2] is not None:
+        print(f"TRL generation/learning split: {rows[0][2]['split']}")
+    geo = lambda xs: math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")  # noqa: E731
+    print(f"speedup={geo(speedups):.3f} memory_ratio={geo(mem_ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()
