@@ -33,7 +33,7 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 bench: $(STAMP)
-	$(BIN)/pip install -q -e ".[bench]"
+	$(BIN)/pip install -q -e ".[bench]" torch==2.13.0
 	$(BIN)/python benchmarks/step_vs_trl.py
 
 clean:
