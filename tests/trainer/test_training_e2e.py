@@ -162,3 +162,9 @@ def test_hypervolume_combiner_gets_online_validation_vectors(tiny_cfg):
     m = trainer.train_step()
     assert trainer.combiner_state.buffer.shape[0] >= 1  # the Pareto buffer saw the validation vectors
     assert "combiner/meta_reward" in m
+
+
+def test_groupwise_loss_needs_whole_groups_per_micro_batch(tiny_cfg):
+    cfg = tiny_cfg(**{"algorithm.loss": "disco", "train.micro_batch_size": 3, "rollout.group_size": 4})
+    with pytest.raises(ValueError, match="multiple of rollout.group_size"):
+        Trainer(cfg, *tiny_model_and_tokenizer(seed=0))

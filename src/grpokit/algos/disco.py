@@ -153,3 +153,5 @@ def disco_b_loss(
 # Trainer hook: with several updates per batch the trainer supplies the batch-level KL D.
 disco_loss.needs = ("constraint_kl",)  # type: ignore[attr-defined]
 disco_b_loss.needs = ("constraint_kl",)  # type: ignore[attr-defined]
+disco_loss.groupwise = True  # type: ignore[attr-defined]  # groups are formed inside a micro-batch
+disco_b_loss.groupwise = True  # type: ignore[attr-defined]

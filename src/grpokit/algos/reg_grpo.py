@@ -67,3 +67,7 @@ def reg_grpo_loss(
             "reg/valid_frac": valid.mean(),
         }
     return loss, metrics
+
+
+# Trainer hook: the loss forms groups inside a micro-batch, so micro-batches must hold whole groups.
+reg_grpo_loss.groupwise = True  # type: ignore[attr-defined]

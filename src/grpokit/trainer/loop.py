@@ -62,6 +62,11 @@ class Trainer:
         algo = cfg.algorithm
         self.policy_loss = get_registry("loss").get(algo.loss)
         needs = set(getattr(self.policy_loss, "needs", ()))
+        if getattr(self.policy_loss, "groupwise", False) and cfg.train.micro_batch_size % cfg.rollout.group_size:
+            raise ValueError(
+                f"algorithm.loss '{algo.loss}' needs whole groups per micro-batch: make train.micro_batch_size "
+                f"a multiple of rollout.group_size ({cfg.rollout.group_size})"
+            )
         kl_needs = getattr(get_registry("kl").get(algo.kl), "needs", ("ref_logp",))
         self.needs_ref = (algo.beta > 0 and "ref_logp" in kl_needs) or "ref_logp" in needs
         self.ref_model = self._reference_model()
