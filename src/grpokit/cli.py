@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(args) -> "Config":  # noqa: F821
+def _load(args):
+    """The validated Config of a command's CONFIG / --preset / --set arguments."""
     from grpokit.config import load_config
 
     return load_config(getattr(args, "config", None), getattr(args, "preset", None), args.overrides)

@@ -43,7 +43,7 @@ def token_logprobs_from_logits(
     return logp, (torch.cat(ents, dim=1) if with_entropy else None)
 
 
-def _cache_kwarg(model: torch.nn.Module) -> str:
+def cache_kwarg(model: torch.nn.Module) -> str:
     """Name of the KV-cache argument of ``model.forward`` (transformers renamed it to ``cache``)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wraps forward
     params = inspect.signature(base.forward).parameters
@@ -70,7 +70,7 @@ def _completion_logits_shared(
     first, inverse = _first_row_of_each_group(group_ids)
     p_ids, p_mask = prompt_ids[first], prompt_mask[first]  # [n, P]
     p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
-    key = _cache_kwarg(model)
+    key = cache_kwarg(model)
     out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True, logits_to_keep=1)
     cache = getattr(out, "cache", None) or out.past_key_values
     first_logits = out.logits[inverse, -1:]  # [B, 1, V]: predicts completion token 0

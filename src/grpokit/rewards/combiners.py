@@ -295,14 +295,15 @@ def mirror_descent(
     return reward, state, {**_weight_metrics(state.weights), **metrics}
 
 
-_STATES = {"hypervolume": HypervolumeState, "mirror_descent": MirrorDescentState}
+# Stateful combiners expose a state factory (the trainer creates, passes and checkpoints it).
+hypervolume_combiner.make_state = HypervolumeState  # type: ignore[attr-defined]
+mirror_descent.make_state = MirrorDescentState  # type: ignore[attr-defined]
 
 
 def new_combiner_state(name: str) -> Optional[HypervolumeState | MirrorDescentState]:
     """An empty state for combiner ``name`` (to ``load_state_dict`` into on resume); None if stateless."""
-    COMBINERS.get(name)  # unknown names raise with the valid list
-    cls = _STATES.get(name)
-    return cls() if cls is not None else None
+    make_state = getattr(COMBINERS.get(name), "make_state", None)  # unknown names raise with the valid list
+    return make_state() if make_state is not None else None
 
 
 # Trainer hook: this combiner wants per-objective policy gradients each step.

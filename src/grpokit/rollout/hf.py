@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from grpokit.model.logprobs import _cache_kwarg
+from grpokit.model.logprobs import cache_kwarg
 from grpokit.rollout.types import RolloutBatch, SamplingParams
 
 
@@ -73,7 +73,7 @@ class HFBackend:
     @torch.no_grad()
     def _decode(self, input_ids: torch.Tensor, attention: torch.Tensor, group_size: int, params: SamplingParams):
         """Token ids, sampler log-probs and entropies, each ``[B, T]`` (pad / 0 after a row's EOS)."""
-        model, key = self.model, _cache_kwarg(self.model)
+        model, key = self.model, cache_kwarg(self.model)
         n = input_ids.shape[0]
         b = n * group_size
         positions = (attention.cumsum(-1) - 1).clamp(min=0)

@@ -39,7 +39,7 @@ class RolloutBatch:
         return self.completion_ids.shape[0]
 
     def select(self, index: torch.Tensor | slice) -> "RolloutBatch":
-        """Rows ``index`` of the batch (a micro-batch), trimmed of all-pad columns."""
+        """Rows ``index`` of the batch (e.g. a micro-batch or the kept groups), same widths."""
         idx = range(len(self))[index] if isinstance(index, slice) else index.tolist()
         sub = RolloutBatch(
             prompt_ids=self.prompt_ids[index],

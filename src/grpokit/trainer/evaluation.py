@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
-import torch
-
 from grpokit.rewards import NamedReward, score_completions
 from grpokit.rollout.types import GenerationBackend, SamplingParams
 
@@ -20,7 +16,6 @@ def evaluate_accuracy(
     max_new_tokens: int = 32,
     k: int = 1,
     temperature: float = 1.0,
-    progress: Optional[callable] = None,
 ) -> dict[str, float]:
     """Accuracy (judge reward == 1) over ``rows``; with k > 1 also pass@k from k samples each.
 
@@ -37,8 +32,6 @@ def evaluate_accuracy(
         correct.extend(ok.mean(dim=1).tolist())  # greedy when k = 1, mean over samples otherwise
         any_correct.extend(ok.max(dim=1).values.tolist())
         lengths.extend(batch.completion_mask.sum(-1).tolist())
-        if progress is not None:
-            progress(len(chunk_rows))
     n = max(len(correct), 1)
     result = {"accuracy": sum(correct) / n, "n": len(correct), "completion_len": sum(lengths) / max(len(lengths), 1)}
     if k > 1:

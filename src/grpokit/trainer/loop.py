@@ -22,16 +22,15 @@ from grpokit.config.schema import Config
 from grpokit.data.sampler import CurriculumSampler, PromptSampler
 from grpokit.registries import get_registry
 from grpokit.rollout.hf import HFBackend
+from grpokit.rollout.types import SamplingParams, span_mask_through
 from grpokit.trainer import checkpoint as ckpt_io
 from grpokit.trainer import setup
-from grpokit.rollout.types import span_mask_through
-from grpokit.rollout.types import SamplingParams
 from grpokit.trainer.collect import collect_batch
-from grpokit.trainer.verification import add_verification_rows
 from grpokit.trainer.evaluation import evaluate_accuracy
 from grpokit.trainer.learner import Objective, accumulate_gradients, micro_batches, score_logprobs
 from grpokit.trainer.metrics import RunLogger
 from grpokit.trainer.progress import StepProgress
+from grpokit.trainer.verification import add_verification_rows
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +77,12 @@ class Trainer:
         if cfg.data.curriculum:
             curriculum = get_registry("curriculum").get(cfg.data.curriculum)(**cfg.data.curriculum_options)
             self.sampler = CurriculumSampler(self.sampler, curriculum)
-        from grpokit.rewards.combiners import new_combiner_state
-
         self.combiner = get_registry("combiner").get(cfg.reward_combiner.name)
-        self.combiner_state = new_combiner_state(cfg.reward_combiner.name)
         self.advantage_fn = get_registry("advantage").get(algo.advantage)
-        # Stateful estimators (e.g. drpo) expose a state factory; the state is checkpointed.
-        make_state = getattr(self.advantage_fn, "make_state", None)
-        self.advantage_state = make_state() if make_state is not None else None
+        # Stateful parts (drpo, hypervolume, mirror_descent) expose a state factory; it is checkpointed.
+        self.combiner_state = self._new_state(self.combiner)
+        self.advantage_state = self._new_state(self.advantage_fn)
+        self.logprob_temperature = cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0
         self.token_weights_fn = get_registry("token_weights").get(algo.token_weights)
         self.objective = Objective(
             policy_loss=self.policy_loss,
@@ -104,6 +101,11 @@ class Trainer:
         self.logger = RunLogger(self.run_dir, tensorboard=cfg.logging.tensorboard)
 
     # ------------------------------------------------------------------ setup helpers
+    @staticmethod
+    def _new_state(fn: Any) -> Any:
+        make_state = getattr(fn, "make_state", None)
+        return make_state() if make_state is not None else None
+
     def _reference_model(self) -> Optional[torch.nn.Module]:
         """Frozen copy of the initial policy, only when beta > 0 (LoRA: the adapter is disabled instead)."""
         if not self.needs_ref or hasattr(self.model, "peft_config"):
@@ -157,11 +159,9 @@ class Trainer:
             collect_metrics.update(self.sampler.metrics())
         t_gen = time.perf_counter() - t0
 
-        columns = batch.columns()
-        adv, adv_metrics = self.advantage_fn(
-            scores.total, batch.group_ids, scale=algo.scale, std_mode=algo.std_mode, std_eps=algo.std_eps,
-            domains=columns.get("domain"), state=self.advantage_state, mask=batch.completion_mask,
-            **algo.advantage_options,
+        adv, adv_metrics = self._advantages(
+            scores.total, batch.group_ids, domains=batch.columns().get("domain"), state=self.advantage_state,
+            mask=batch.completion_mask,
         )
         loss_mask = batch.completion_mask.clone()
         if algo.mask_truncated:
@@ -217,7 +217,7 @@ class Trainer:
         cfg, algo = self.cfg, self.cfg.algorithm
         self.model.train()
         parts = micro_batches(batch, cfg.train.micro_batch_size)
-        temperature = cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0
+        temperature = self.logprob_temperature
         old = score_logprobs(self.model, parts, temperature) if algo.num_iterations > 1 else None
         if algo.ref_sync_every and self.step % algo.ref_sync_every == 0 and self.ref_model is not None:
             self.ref_model.load_state_dict(self.model.state_dict())  # humanline: reference <- pre-update policy
@@ -241,6 +241,18 @@ class Trainer:
             )
             learn["grad_norm"] = self._optimizer_step()
         return learn
+
+    def _advantages(self, rewards: torch.Tensor, group_ids: torch.Tensor, **inputs: Any):
+        """(adv [B], metrics) from the configured estimator and its options."""
+        algo = self.cfg.algorithm
+        return self.advantage_fn(
+            rewards, group_ids, scale=algo.scale, std_mode=algo.std_mode, std_eps=algo.std_eps,
+            **inputs, **algo.advantage_options,
+        )
+
+    def _correct(self, scores) -> torch.Tensor:
+        """``[B]`` bool: the accuracy judge scored the completion as correct (value >= 1)."""
+        return scores.per_reward[self.judge.name].nan_to_num(0.0) >= 1.0
 
     def _combine(self, scores, batch) -> tuple[torch.Tensor, dict[str, float]]:
         """One reward per completion from all reward columns, through the configured combiner."""
@@ -281,22 +293,19 @@ class Trainer:
         if not params:
             raise ValueError("reward_combiner.options.grad_param_pattern matches no trainable parameter")
         parts = micro_batches(batch, self.cfg.train.micro_batch_size)[: int(options.get("grad_micro_batches", 1))]
-        temperature = self.cfg.rollout.temperature if self.cfg.model.temperature_in_logprobs else 1.0
-        algo = self.cfg.algorithm
         grads = []
         self.model.train()
         for k in range(matrix.shape[1]):
-            adv, _ = self.advantage_fn(matrix[:, k], batch.group_ids, scale=algo.scale, std_mode=algo.std_mode,
-                                       std_eps=algo.std_eps, **algo.advantage_options)
+            adv, _ = self._advantages(matrix[:, k], batch.group_ids)
             self.optimizer.zero_grad(set_to_none=True)
             accumulate_gradients(self.model, parts, adv, batch.completion_mask, self.objective,
-                                 temperature=temperature, want_entropy=False)
+                                 temperature=self.logprob_temperature, want_entropy=False)
             grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params]))
         self.optimizer.zero_grad(set_to_none=True)
         return torch.stack(grads)
 
     def _observe_groups(self, batch, scores) -> None:
-        correct = (scores.per_reward[self.judge.name].nan_to_num(0.0) >= 1.0).float()
+        correct = self._correct(scores).float()
         n = int(batch.group_ids.max()) + 1
         acc = torch.zeros(n).index_add_(0, batch.group_ids, correct) / torch.bincount(batch.group_ids, minlength=n)
         first = [int((batch.group_ids == g).nonzero()[0]) for g in range(n)]
@@ -306,15 +315,11 @@ class Trainer:
         """GRPO-Verif: append one self-verification row per solution (see trainer/verification.py)."""
         cfg, algo = self.cfg, self.cfg.algorithm
         n = len(batch)
-        correct = scores.per_reward[self.judge.name].nan_to_num(0.0) >= 1.0
         params = SamplingParams(cfg.verification.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)
-
-        def advantage(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-            return self.advantage_fn(rewards, group_ids, scale=algo.scale, std_mode=algo.std_mode,
-                                     std_eps=algo.std_eps, **algo.advantage_options)[0]
-
         merged, v_rewards, v_adv, metrics = add_verification_rows(
-            self.backend, batch, correct, self._prompt_texts, advantage, cfg.verification.template, params, self.backend.pad_id
+            self.backend, batch, self._correct(scores), self._prompt_texts,
+            lambda rewards, group_ids: self._advantages(rewards, group_ids)[0],
+            cfg.verification.template, params, self.backend.pad_id,
         )
         width = merged.completion_ids.shape[1]
         loss_mask = merged.completion_mask.clone()
@@ -343,7 +348,7 @@ class Trainer:
             m[f"reward/{name}/std"] = float(valid.std()) if len(valid) > 1 else 0.0
         for name, count in scores.failures.items():
             m[f"reward/{name}/failures"] = float(count)
-        m["accuracy"] = float((scores.per_reward[self.judge.name].nan_to_num(0.0) >= 1.0).float().mean())
+        m["accuracy"] = float(self._correct(scores).float().mean())
         return m
 
     def _log_samples(self, batch, scores, adv) -> None:

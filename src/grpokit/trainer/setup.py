@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import random
 from typing import Any
@@ -32,10 +33,12 @@ def build_splits(cfg: DataConfig) -> TaskSplits:
     if not cfg.task:
         raise ValueError("data: set either data.task (a built-in task) or data.path (a dataset file)")
     task = TASKS.get(cfg.task)
-    try:
-        return task(seed=cfg.seed, n_train=cfg.n_train, n_heldout=cfg.n_heldout, **cfg.task_options)
+    kwargs = dict(seed=cfg.seed, n_train=cfg.n_train, n_heldout=cfg.n_heldout, **cfg.task_options)
+    try:  # check the options only, so a TypeError inside the task is not blamed on them
+        inspect.signature(task).bind(**kwargs)
     except TypeError as exc:
         raise ValueError(f"data.task_options do not fit task '{cfg.task}': {exc}") from None
+    return task(**kwargs)
 
 
 def render_all(tokenizer: Any, rows: list[dict], system_prompt: str | None) -> list[str]:
