@@ -85,6 +85,9 @@ class RolloutConfig:
     temperature: float = opt(0.8, "sampling temperature", gt=0)
     top_p: float = opt(1.0, "nucleus sampling mass", gt=0, le=1)
     top_k: int = opt(0, "top-k sampling (0 = off)", ge=0)
+    min_new_tokens: int = opt(0, "EOS is not allowed before this many tokens (0 = off); benchmarks use it to fix the work per step", ge=0)
+    backend: str = opt("hf", "generation backend: 'hf' (transformers, in-process) or 'vllm' (extra [vllm], GPU)", choices=["hf", "vllm"])
+    backend_options: dict = opt({}, "keyword arguments of the generation backend (vllm: e.g. gpu_memory_utilization)")
 
 
 @dataclass
@@ -149,6 +152,27 @@ class VerificationConfig:
 
 
 @dataclass
+class DistributedConfig:
+    """Scale-out: Ray rollout workers, SHARDCAST weight broadcast, TOPLOC checks, torchrun learners."""
+
+    rollout_workers: int = opt(0, "Ray rollout actors that generate while the learner trains (0 = sample in-process)", ge=0)
+    staleness: int = opt(1, "k: a batch made with weights more than k learner steps old is never trained on (0 = synchronous)", ge=0)
+    queue_size: int = opt(2, "bounded queue of finished batches between rollout workers and the learner", ge=1)
+    ray_address: str = opt("", "Ray cluster to join; empty = start a local cluster for this run")
+    ray_num_cpus: int = opt(0, "CPUs of the local Ray cluster (0 = all)", ge=0)
+    worker_threads: int = opt(1, "torch threads per rollout worker", ge=1)
+    shard_mb: float = opt(16.0, "SHARDCAST: size of one weight shard in MiB", gt=0)
+    max_restarts: int = opt(3, "times a dead rollout worker is restarted before the run fails", ge=0)
+    verify_rollouts: bool = opt(False, "TOPLOC: check each batch's hidden-state commitment in the learner's forward")
+    toploc_topk: int = opt(8, "TOPLOC: top-k hidden-state values committed per checked position", ge=1)
+    toploc_every: int = opt(8, "TOPLOC: commit every n-th completion position (and the last)", ge=1)
+    toploc_tolerance: float = opt(1e-3, "TOPLOC: max relative error of a committed value that still verifies", gt=0)
+    untrusted_workers: list = opt([], "indices of rollout workers whose batches must verify (empty + verify_rollouts = all)")
+    tamper_worker: int = opt(-1, "testing only: this worker perturbs its completions (-1 = none)", ge=-1)
+    learner_backend: str = opt("auto", "torch.distributed backend of torchrun learners", choices=["auto", "gloo", "nccl"])
+
+
+@dataclass
 class OptimConfig:
     """AdamW, schedule and gradient clipping."""
 
@@ -167,6 +191,7 @@ class TrainConfig:
     steps: int = opt(60, "training steps (rollout + update each)", ge=1)
     max_minutes: float = opt(0.0, "stop training after this many wall-clock minutes (0 = no limit); the run still checkpoints and evaluates", ge=0)
     micro_batch_size: int = opt(8, "completions per forward/backward (gradient accumulation)", ge=1)
+    sequence_chunk: int = opt(0, "StreamBP: backprop each micro-batch in chunks of this many completion tokens, exact gradients, less activation memory (0 = off)", ge=0)
     seed: int = opt(0, "seed of sampling and initialisation")
     reward_timeout_s: float = opt(120.0, "a reward call that takes longer fails, named in the error (0 = no limit)", ge=0)
     on_reward_error: str = opt("raise", "a reward that raises: stop ('raise') or score 0 and count ('zero')", choices=["raise", "zero"])
@@ -212,6 +237,7 @@ class Config:
     reward_combiner: CombinerConfig = field(default_factory=CombinerConfig, metadata={"doc": "multi-objective reward combination"})
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig, metadata={"doc": "GRPO variant"})
     verification: VerificationConfig = field(default_factory=VerificationConfig, metadata={"doc": "GRPO-Verif self-verification"})
+    distributed: DistributedConfig = field(default_factory=DistributedConfig, metadata={"doc": "Ray rollout workers and torchrun learners"})
     optim: OptimConfig = field(default_factory=OptimConfig, metadata={"doc": "optimizer"})
     train: TrainConfig = field(default_factory=TrainConfig, metadata={"doc": "run length"})
     eval: EvalConfig = field(default_factory=EvalConfig, metadata={"doc": "held-out eval"})
