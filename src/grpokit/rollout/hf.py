@@ -41,6 +41,11 @@ def sampling_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     return logits
 
 
+def _entropy(logp: torch.Tensor) -> torch.Tensor:
+    """-sum p log p over the last axis of log-probs ``[N, V]``; tokens with p = 0 (logp = -inf) add 0."""
+    return -torch.where(torch.isinf(logp), 0.0, logp.exp() * logp).sum(-1)
+
+
 def next_tokens(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample (or argmax) one token per row.
 
@@ -50,10 +55,10 @@ def next_tokens(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Ten
     if params.greedy:
         logp = torch.log_softmax(logits.float(), dim=-1)
         tok = logp.argmax(-1)
-        entropy = -(logp.exp() * logp).sum(-1)
+        entropy = _entropy(logp)
     else:
         tempered = torch.log_softmax(logits.float() / params.temperature, dim=-1)
-        entropy = -(tempered.exp() * tempered).sum(-1)
+        entropy = _entropy(tempered)
         logp = torch.log_softmax(sampling_logits(logits, params), dim=-1) if (params.top_k or params.top_p < 1.0) else tempered
         tok = torch.multinomial(logp.exp(), 1).squeeze(-1)
     return tok, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1), entropy
@@ -90,6 +95,8 @@ class HFBackend:
         active = torch.arange(b)  # rows still generating, in cache order
         eos = torch.tensor(self.eos_ids)
         for t in range(params.max_new_tokens):
+            if t < params.min_new_tokens:  # EOS not allowed yet (fixed-length benchmarks)
+                logits = logits.index_fill(-1, eos, float("-inf"))
             tok, lp, ent = next_tokens(logits, params)
             tokens[active, t], logps[active, t], entropies[active, t] = tok, lp, ent
             alive = ~torch.isin(tok, eos)

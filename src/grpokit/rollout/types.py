@@ -71,6 +71,7 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0
     greedy: bool = False
+    min_new_tokens: int = 0  # EOS is masked out of the sampling distribution before this many tokens
 
 
 class GenerationBackend(Protocol):

@@ -44,7 +44,7 @@ def _sample_and_score(
     combine: Optional[Callable] = None,
 ) -> tuple[RolloutBatch, RewardScores, dict[str, float]]:
     r = cfg.rollout
-    params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
+    params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, min_new_tokens=r.min_new_tokens)
     batch = backend.generate(render(rows), rows, r.group_size, params)
     scores = score_completions(
         rewards, batch.prompts, batch.completions, batch.columns(), on_error=cfg.train.on_reward_error,
