@@ -1,0 +1,216 @@
+"""TOPLOC-style verification of rollouts produced by untrusted workers.
+
+TOPLOC (arXiv 2501.16007), as used by INTELLECT-2 (arXiv 2505.07291, §3.4): while generating, a
+worker commits to the top-k entries (by magnitude) of the final hidden state of its generated
+tokens; a validator re-runs one prefill over prompt + completion with the claimed weights and
+accepts only if its own activations reproduce the commitment. A worker that changes tokens
+after generating, or samples with other weights, cannot produce a commitment that verifies.
+
+Simplifications, each said once: the commitment stores the (index, float32 value) pairs
+themselves instead of TOPLOC's polynomial encoding of bf16 values (a few KiB per batch here);
+positions are every ``toploc_every``-th completion token plus each row's last real token
+instead of every 32-token block; the check is a relative-error bound ``toploc_tolerance`` on
+each committed value plus "the committed indices are a top-k of the recomputed state" instead
+of exponent/mantissa statistics. Honest fp32 values differ by ~1e-6 relative between the
+worker's KV-cached decode and the validator's single full forward, tampered ones by O(1).
+
+Hidden state h_t (the one whose logits sample completion token t) is the last entry of
+``output_hidden_states`` (after the final norm) at sequence index ``P + t - 1`` of
+``[prompt; completion]``, P = the padded prompt width.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+
+from grpokit.rollout.types import RolloutBatch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Commitment:
+    """Per row, the committed positions and their top-k hidden-state entries.
+
+    positions: [B, M] completion positions t (-1 = padding; rows have different lengths)
+    indices:   [B, M, k] hidden-dimension indices of the k largest |h_t|
+    values:    [B, M, k] the signed values h_t[indices], float32
+    """
+
+    positions: torch.Tensor
+    indices: torch.Tensor
+    values: torch.Tensor
+
+
+def commit_positions(length: int, every: int) -> list[int]:
+    """Completion positions committed for a row of ``length`` real tokens: 0, e, 2e, ... and the last."""
+    if length <= 0:
+        return []
+    return sorted(set(range(0, length, every)) | {length - 1})
+
+
+def topk_entries(hidden: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(indices [N, k], values [N, k]) of the k entries of largest magnitude of ``hidden`` [N, d]."""
+    hidden = hidden.float()
+    idx = hidden.abs().topk(min(k, hidden.shape[-1]), dim=-1).indices
+    return idx, hidden.gather(-1, idx)
+
+
+def build_commitment(hidden_at: Any, lengths: list[int], k: int, every: int) -> Commitment:
+    """Commit rows of ``lengths`` real tokens; ``hidden_at(row, t)`` is h_t, a [d] tensor."""
+    per_row = [commit_positions(n, every) for n in lengths]
+    m = max((len(p) for p in per_row), default=0)
+    b = len(lengths)
+    positions = torch.full((b, m), -1, dtype=torch.long)
+    indices = torch.zeros(b, m, k, dtype=torch.long)
+    values = torch.zeros(b, m, k)
+    for r, pos in enumerate(per_row):
+        if not pos:
+            continue
+        idx, val = topk_entries(torch.stack([hidden_at(r, t) for t in pos]), k)
+        positions[r, : len(pos)] = torch.tensor(pos)
+        indices[r, : len(pos), : idx.shape[1]] = idx
+        values[r, : len(pos), : idx.shape[1]] = val
+    return Commitment(positions, indices, values)
+
+
+def final_norm(model: torch.nn.Module) -> torch.nn.Module:
+    """The module whose output is the last entry of ``output_hidden_states`` (the decoder's final norm)."""
+    base = model.get_base_model() if hasattr(model, "peft_config") else model
+    decoder = base.get_decoder() if hasattr(base, "get_decoder") else getattr(base, "model", None)
+    norm = getattr(decoder, "norm", None)
+    if norm is None:
+        raise ValueError(
+            f"distributed.verify_rollouts: cannot find the final norm of {type(base).__name__} to commit hidden "
+            "states during generation; set distributed.verify_rollouts=false and distributed.untrusted_workers=[]"
+        )
+    return norm
+
+
+@contextlib.contextmanager
+def record_final_hidden(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Collect the final-norm output of every forward call inside the block, in call order."""
+    captured: list[torch.Tensor] = []
+    handle = final_norm(model).register_forward_hook(lambda _m, _i, out: captured.append(out.detach().float()))
+    try:
+        yield captured
+    finally:
+        handle.remove()
+
+
+class DecodeLayoutError(RuntimeError):
+    """The recorded forward calls do not follow the decode layout the row mapping assumes."""
+
+
+def decode_hidden(captured: list[torch.Tensor], lengths: list[int], group_size: int):
+    """``hidden_at(row, t)`` over the calls of HFBackend's decode loop.
+
+    Call 0 is the prefill ``[n_prompts, P, d]`` (h_0 of row r is its prompt's last position);
+    call t >= 1 feeds token t-1 of the rows still generating, ``[n_alive, 1, d]``, in row order,
+    where row r is alive at call t iff t < lengths[r] (it has not emitted EOS before token t).
+    """
+    expected = max(lengths, default=0)
+    if len(captured) != max(expected, 1):
+        raise DecodeLayoutError(f"{len(captured)} forward calls for a longest completion of {expected} tokens")
+    alive = [[r for r, n in enumerate(lengths) if n > t] for t in range(expected)]
+    for t in range(1, expected):
+        if captured[t].shape[0] != len(alive[t]) or captured[t].shape[1] != 1:
+            raise DecodeLayoutError(f"call {t} has shape {tuple(captured[t].shape)}, {len(alive[t])} rows alive")
+    rank = [{r: i for i, r in enumerate(rows)} for rows in alive]
+
+    def hidden_at(row: int, t: int) -> torch.Tensor:
+        if t == 0:
+            return captured[0][row // group_size, -1]
+        return captured[t][rank[t][row], 0]
+
+    return hidden_at
+
+
+@torch.no_grad()
+def prefill_hidden(model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
+    """Final hidden states ``[B, P + T, d]`` of one full forward over ``[prompt; completion]``.
+
+    The validator's check (a separate no-grad forward, ``output_hidden_states=True``, last entry);
+    only one logit position is computed (``logits_to_keep=1``).
+    """
+    ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
+    mask = torch.cat([batch.prompt_mask, batch.completion_mask.to(batch.prompt_mask.dtype)], dim=1)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    was_training = model.training
+    model.eval()
+    try:
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, output_hidden_states=True, logits_to_keep=1)
+    finally:
+        model.train(was_training)
+    return out.hidden_states[-1].float()
+
+
+def commit_batch(batch: RolloutBatch, captured: list[torch.Tensor] | None, model: torch.nn.Module,
+                 group_size: int, k: int, every: int) -> Commitment:
+    """The worker's commitment for ``batch`` from its recorded decode states.
+
+    Falls back to a prefill forward (logged) when the recorded calls do not match the decode
+    layout, e.g. after a change of the generation backend.
+    """
+    lengths = [int(n) for n in batch.completion_mask.sum(-1)]
+    p = batch.prompt_ids.shape[1]
+    try:
+        hidden_at = decode_hidden(captured or [], lengths, group_size)
+    except DecodeLayoutError as exc:
+        log.warning("TOPLOC: %s; committing from a prefill forward instead", exc)
+        hidden = prefill_hidden(model, batch)
+        hidden_at = lambda r, t: hidden[r, p + t - 1]  # noqa: E731
+    return build_commitment(hidden_at, lengths, k, every)
+
+
+def check_commitment(commitment: Commitment, hidden: torch.Tensor, prompt_width: int, tolerance: float) -> tuple[bool, dict[str, float]]:
+    """Does ``hidden`` ``[B, P + T, d]`` (the validator's prefill) reproduce ``commitment``?
+
+    Per committed (row, t): every committed value has relative error <= ``tolerance`` against
+    h_t at its index, the k indices are distinct, and they are a top-k of |h_t| up to ties
+    within ``tolerance`` (smallest committed magnitude >= largest uncommitted * (1 - tolerance)).
+    Returns (accepted, {"max_rel_err", "failed_positions"}).
+    """
+    rows, slots = (commitment.positions >= 0).nonzero(as_tuple=True)
+    if rows.numel() == 0:
+        return True, {"max_rel_err": 0.0, "failed_positions": 0.0}
+    t = commitment.positions[rows, slots]
+    if int(t.max()) + prompt_width > hidden.shape[1]:
+        return False, {"max_rel_err": float("inf"), "failed_positions": float(rows.numel())}
+    vecs = hidden[rows, prompt_width + t - 1]  # [N, d]
+    idx, val = commitment.indices[rows, slots], commitment.values[rows, slots]  # [N, k]
+    k = idx.shape[1]
+    got = vecs.gather(-1, idx)
+    rel = (got - val).abs() / val.abs().clamp(min=1e-6)
+    bad = rel.max(-1).values > tolerance
+    bad |= torch.tensor([len(set(r.tolist())) != k for r in idx])
+    if vecs.shape[1] > k:  # the largest uncommitted magnitude may not exceed the smallest committed one
+        rest = vecs.abs().scatter(-1, idx, float("-inf")).max(-1).values
+        bad |= got.abs().min(-1).values < rest * (1 - tolerance)
+    return not bool(bad.any()), {"max_rel_err": float(rel.max()), "failed_positions": float(bad.sum())}
+
+
+def tamper_completions(batch: RolloutBatch, tokenizer: Any, eos_ids: list[int]) -> RolloutBatch:
+    """Testing hook (``distributed.tamper_worker``): replace token 0 of every row of >= 2 tokens.
+
+    Done after committing, like a worker that edits its outputs; the commitment then no longer
+    matches the hidden states of the edited sequence from position 1 on.
+    """
+    ids = batch.completion_ids.clone()
+    lengths = batch.completion_mask.sum(-1)
+    vocab = len(tokenizer)
+    for r in (lengths >= 2).nonzero().flatten().tolist():
+        new = (int(ids[r, 0]) + 1) % vocab
+        while new in eos_ids or new == int(ids[r, 0]):
+            new = (new + 1) % vocab
+        ids[r, 0] = new
+    batch.completion_ids = ids
+    batch.completions = tokenizer.batch_decode(
+        [row[m.bool()] for row, m in zip(ids, batch.completion_mask)], skip_special_tokens=True
+    )
+    return batch
