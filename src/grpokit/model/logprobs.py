@@ -8,8 +8,12 @@ Two paths with identical results (tested to 1e-5, values and gradients):
   from every completion flow back into the shared prompt), and only completion tokens are run.
   With G completions per prompt this removes (G - 1) / G of the prompt compute.
 
-Only completion positions reach the LM head, and the log-softmax runs over sequence chunks, so
-at most ``[B, chunk, V]`` extra floats exist at once.
+Only real (unpadded) completion positions reach the LM head, and the head itself runs through
+:func:`grpokit.model.chunked_head.head_logprobs`: logits exist one ``[chunk, V]`` block at a time
+in the forward and are recomputed block by block in the backward, so the learner never holds
+``[B, T, V]`` logits or their gradient. Models whose head is not a plain bias-free linear map
+(LoRA on the head, logit soft-capping or scaling) take the logits path, whose log-softmax is
+chunked over the sequence.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import inspect
 from typing import Optional
 
 import torch
+
+from grpokit.model.chunked_head import head_logprobs
 
 
 def token_logprobs_from_logits(
@@ -50,6 +56,30 @@ def cache_kwarg(model: torch.nn.Module) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+def output_cache(out):
+    """The KV cache a transformers forward returned (``cache`` in v5, ``past_key_values`` before)."""
+    return getattr(out, "cache", None) or out.past_key_values
+
+
+def decoder_and_head(model: torch.nn.Module) -> Optional[tuple[torch.nn.Module, torch.Tensor]]:
+    """(transformer body returning final hidden states, LM head weight ``[V, H]``), or None.
+
+    None when logits are not ``h W^T``: a head with a bias or an adapter (LoRA on lm_head), logit
+    soft-capping or scaling (Gemma 2, Cohere, Granite). Those models use the logits path.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    cfg = getattr(base, "config", None)
+    if type(head) is not torch.nn.Linear or head.bias is not None or cfg is None:
+        return None
+    if any(getattr(cfg, k, None) not in (None, 1.0) for k in ("final_logit_softcapping", "logit_scale", "logits_scaling")):
+        return None
+    decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
+    if decoder is None or decoder is base:
+        return None
+    return decoder, head.weight
+
+
 def _first_row_of_each_group(group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(row index of each distinct group's first row ``[n]``, group position of every row ``[B]``)."""
     uniq, inverse = torch.unique(group_ids, return_inverse=True)
@@ -72,7 +102,7 @@ def _completion_logits_shared(
     p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
     key = cache_kwarg(model)
     out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True, logits_to_keep=1)
-    cache = getattr(out, "cache", None) or out.past_key_values
+    cache = output_cache(out)
     first_logits = out.logits[inverse, -1:]  # [B, 1, V]: predicts completion token 0
     if completion_ids.shape[1] == 1:
         return first_logits
@@ -87,6 +117,73 @@ def _completion_logits_shared(
         **{key: cache},
     ).logits  # [B, T-1, V]
     return torch.cat([first_logits, rest], dim=1)
+
+
+def _completion_hidden_shared(
+    decoder: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    group_ids: torch.Tensor,
+) -> torch.Tensor:
+    """Final hidden states ``[B, T, H]`` that predict each completion token, each prompt encoded once."""
+    first, inverse = _first_row_of_each_group(group_ids)
+    p_ids, p_mask = prompt_ids[first], prompt_mask[first]  # [n, P]
+    p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
+    out = decoder(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True)
+    first_hidden = out.last_hidden_state[inverse, -1:]  # [B, 1, H]: predicts completion token 0
+    if completion_ids.shape[1] == 1:
+        return first_hidden
+    cache = output_cache(out)
+    cache.reorder_cache(inverse)  # differentiable expansion [n, ...] -> [B, ...]
+    attention = torch.cat([prompt_mask, completion_mask[:, :-1]], dim=1)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, prompt_ids.shape[1] :]
+    rest = decoder(
+        input_ids=completion_ids[:, :-1], attention_mask=attention, position_ids=positions,
+        use_cache=True, **{cache_kwarg(decoder): cache},
+    ).last_hidden_state  # [B, T-1, H]
+    return torch.cat([first_hidden, rest], dim=1)
+
+
+def _completion_hidden_full(
+    decoder: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+) -> torch.Tensor:
+    """Final hidden states ``[B, T, H]`` from one forward over ``[prompt; completion]`` per row."""
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    attention = torch.cat([prompt_mask, completion_mask], dim=1)
+    position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
+    out = decoder(input_ids=input_ids, attention_mask=attention, position_ids=position_ids, use_cache=False)
+    p, t = prompt_ids.shape[1], completion_ids.shape[1]
+    return out.last_hidden_state[:, p - 1 : p + t - 1]
+
+
+def masked_head_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Log-probs (and entropies) ``[B, T]`` of the real completion tokens, 0 on padding.
+
+    hidden: [B, T, H]; only positions with ``completion_mask`` reach the head (packed to ``[N, H]``).
+    """
+    rows, cols = completion_mask.nonzero(as_tuple=True)
+    logp_flat, ent_flat = head_logprobs(
+        hidden[rows, cols], weight, completion_ids[rows, cols], temperature=temperature,
+        with_entropy=with_entropy, entropy_grad=entropy_grad,
+    )
+    zeros = hidden.new_zeros(completion_ids.shape)
+    logp = zeros.index_put((rows, cols), logp_flat)
+    return logp, (zeros.index_put((rows, cols), ent_flat) if ent_flat is not None else None)
 
 
 def _completion_logits_full(
@@ -125,6 +222,17 @@ def completion_logprobs(
     the attention mask, as in generation, so the learner scores exactly what the sampler
     produced. Logits are divided by ``temperature``.
     """
+    parts = decoder_and_head(model)
+    if parts is not None:
+        decoder, weight = parts
+        if share_prompt and group_ids is not None:
+            hidden = _completion_hidden_shared(decoder, prompt_ids, prompt_mask, completion_ids, completion_mask, group_ids)
+        else:
+            hidden = _completion_hidden_full(decoder, prompt_ids, prompt_mask, completion_ids, completion_mask)
+        return masked_head_logprobs(
+            hidden, weight, completion_ids, completion_mask, temperature=temperature,
+            with_entropy=with_entropy, entropy_grad=entropy_grad,
+        )
     if share_prompt and group_ids is not None:
         logits = _completion_logits_shared(model, prompt_ids, prompt_mask, completion_ids, completion_mask, group_ids)
     else:
