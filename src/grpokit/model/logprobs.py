@@ -214,15 +214,17 @@ def completion_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     entropy_grad: bool = False,
+    fused_head: bool = True,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """log pi(o_t | q, o_<t) for every completion token, ``[B, T]`` (and entropy ``[B, T]``).
 
     prompt_ids/prompt_mask: [B, P] left-padded; completion_ids/completion_mask: [B, T]
     right-padded; group_ids: [B] rows with equal ids share the same prompt. Position ids follow
     the attention mask, as in generation, so the learner scores exactly what the sampler
-    produced. Logits are divided by ``temperature``.
+    produced. Logits are divided by ``temperature``. ``fused_head=False`` forces the logits path
+    (full ``[B, T, V]`` logits; the memory benchmark's baseline).
     """
-    parts = decoder_and_head(model)
+    parts = decoder_and_head(model) if fused_head else None
     if parts is not None:
         decoder, weight = parts
         if share_prompt and group_ids is not None:

@@ -17,6 +17,7 @@ import torch
 from grpokit.algos.losses import LossInputs
 from grpokit.algos.objective import grpo_objective
 from grpokit.model.logprobs import completion_logprobs
+from grpokit.model.streambp import streamed_backward, streamed_forward
 from grpokit.rollout.types import RolloutBatch
 
 
@@ -34,6 +35,7 @@ class Objective:
     entropy_coef: float = 0.0
     entropy_band_coef: float = 0.0
     entropy_band_quantiles: tuple = (0.1, 0.5)
+    sequence_chunk: int = 0  # StreamBP: > 0 backprops each micro-batch in chunks of this many tokens
 
 
 def trim(batch: RolloutBatch) -> RolloutBatch:
@@ -103,11 +105,22 @@ def accumulate_gradients(
     for k, (rows, mb) in enumerate(parts):
         t = mb.completion_ids.shape[1]
         mask = loss_mask[rows, :t].to(torch.float32)
-        logp, entropy = completion_logprobs(
-            model, mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask,
-            group_ids=mb.group_ids, temperature=temperature, with_entropy=want_entropy,
-            entropy_grad=objective.entropy_coef > 0 or objective.entropy_band_coef > 0,
-        )
+        entropy_grad = objective.entropy_coef > 0 or objective.entropy_band_coef > 0
+        tensors = (mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask)
+        stream = None
+        if objective.sequence_chunk > 0:  # phase 1 of StreamBP: no-grad log-probs as leaves
+            logp, entropy, stream = streamed_forward(
+                model, *tensors, group_ids=mb.group_ids, chunk=objective.sequence_chunk,
+                temperature=temperature, with_entropy=want_entropy or entropy_grad,
+            )
+            logp.requires_grad_()
+            if entropy is not None and entropy_grad:
+                entropy.requires_grad_()
+        else:
+            logp, entropy = completion_logprobs(
+                model, *tensors, group_ids=mb.group_ids, temperature=temperature,
+                with_entropy=want_entropy, entropy_grad=entropy_grad,
+            )
         inp = LossInputs(
             logp=logp,
             old_logp=old_logps[k] if old_logps is not None else logp.detach(),
@@ -140,7 +153,14 @@ def accumulate_gradients(
             band, band_metrics = _entropy_band(entropy, token_weights[rows, :t] * mask, objective, total_forks)
             loss = loss + band
             metrics.update(band_metrics)
-        loss.backward()
+        if stream is None:
+            loss.backward()
+        else:  # StreamBP: dL/dlogp (and dL/dH) from the objective, then the model chunk by chunk
+            leaves = [logp] + ([entropy] if entropy_grad and entropy is not None else [])
+            grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+            g_logp = grads[0] if grads[0] is not None else torch.zeros_like(logp)
+            g_ent = grads[1] if len(grads) > 1 else None
+            streamed_backward(model, *tensors, g_logp, stream, grad_entropy=g_ent, temperature=temperature)
         w = float(mask.sum())
         weight_sum += w
         totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
