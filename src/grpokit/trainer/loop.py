@@ -20,6 +20,7 @@ import torch
 from grpokit.config.loading import dump_yaml
 from grpokit.config.schema import Config
 from grpokit.data.sampler import CurriculumSampler, PromptSampler
+from grpokit.distributed.ddp import SilentLogger, init_learners
 from grpokit.registries import get_registry
 from grpokit.rollout.hf import HFBackend
 from grpokit.rollout.types import SamplingParams, span_mask_through
@@ -58,6 +59,7 @@ class Trainer:
 
             model = apply_lora(model, cfg.model.lora)
         self.model, self.tokenizer = model, tokenizer
+        self.learners = init_learners(cfg.distributed, self.model)  # torchrun: rank, world size; else 1 process
         algo = cfg.algorithm
         self.policy_loss = get_registry("loss").get(algo.loss)
         needs = set(getattr(self.policy_loss, "needs", ()))
@@ -98,7 +100,7 @@ class Trainer:
         )
         self.step = 0
         self._step_start = None
-        self.logger = RunLogger(self.run_dir, tensorboard=cfg.logging.tensorboard)
+        self.logger = RunLogger(self.run_dir, tensorboard=cfg.logging.tensorboard) if self.learners.is_main else SilentLogger()
 
     # ------------------------------------------------------------------ setup helpers
     @staticmethod
@@ -151,12 +153,7 @@ class Trainer:
         cfg, algo = self.cfg, self.cfg.algorithm
         t0 = time.perf_counter()
         self._step_start = (self.sampler.state(), ckpt_io.rng_state())
-        batch, scores, collect_metrics = collect_batch(
-            cfg, self.backend, self.sampler, self._prompt_texts, self.rewards, self.backend.pad_id, combine=self._combine
-        )
-        if hasattr(self.sampler, "observe"):  # curricula learn each prompt's difficulty
-            self._observe_groups(batch, scores)
-            collect_metrics.update(self.sampler.metrics())
+        batch, scores, collect_metrics = self.learners.on_main(self._collect)  # rank 0 samples, all ranks learn
         t_gen = time.perf_counter() - t0
 
         adv, adv_metrics = self._advantages(
@@ -174,7 +171,9 @@ class Trainer:
         solutions = batch  # metrics and sample logs describe the solutions
         rewards_all, verif_mask, num_seqs = scores.total, None, None
         if cfg.verification.enabled:
-            batch, adv, loss_mask, weights, rewards_all, verif_mask, v_metrics = self._verify(batch, scores, adv, weights)
+            batch, adv, loss_mask, weights, rewards_all, verif_mask, v_metrics = self.learners.on_main(
+                lambda: self._verify(batch, scores, adv, weights)
+            )
             num_seqs = float(len(scores.total))  # normalise by solutions: verifications add alpha-terms
             collect_metrics.update(v_metrics)
 
@@ -208,6 +207,16 @@ class Trainer:
         self._step_start = None  # the step is complete: nothing to rewind
         return metrics
 
+    def _collect(self):
+        """(batch, scores, metrics) of one step: sample, score, and let a curriculum observe the groups."""
+        batch, scores, metrics = collect_batch(
+            self.cfg, self.backend, self.sampler, self._prompt_texts, self.rewards, self.backend.pad_id, combine=self._combine
+        )
+        if hasattr(self.sampler, "observe"):  # curricula learn each prompt's difficulty
+            self._observe_groups(batch, scores)
+            metrics.update(self.sampler.metrics())
+        return batch, scores, metrics
+
     def _learn(self, batch, adv, loss_mask, weights, rewards, extra: dict) -> dict[str, float]:
         """mu optimizer steps on one batch: old / reference / teacher log-probs, then the objective.
 
@@ -216,7 +225,7 @@ class Trainer:
         """
         cfg, algo = self.cfg, self.cfg.algorithm
         self.model.train()
-        parts = micro_batches(batch, cfg.train.micro_batch_size)
+        parts = self.learners.parts(batch, cfg.train.micro_batch_size)  # all of it, or this rank's whole groups
         temperature = self.logprob_temperature
         old = score_logprobs(self.model, parts, temperature) if algo.num_iterations > 1 else None
         if algo.ref_sync_every and self.step % algo.ref_sync_every == 0 and self.ref_model is not None:
@@ -233,12 +242,14 @@ class Trainer:
                 # DisCO: token-mean KL(old || current) over the whole batch at the current weights
                 current = score_logprobs(self.model, parts, temperature)
                 diff = sum(float(((o - c) * loss_mask[r, : o.shape[1]]).sum()) for (r, _), o, c in zip(parts, old, current))
+                diff = self.learners.all_sum(diff)
                 constraint_kl = torch.tensor(diff / float(loss_mask.sum().clamp(min=1)))
             learn = accumulate_gradients(
                 self.model, parts, adv, loss_mask, self.objective, temperature=temperature,
                 old_logps=old, ref_logps=ref, teacher_logps=teacher, token_weights=weights, rewards=rewards,
                 constraint_kl=constraint_kl, **extra,
             )
+            learn = self.learners.reduce_metrics(learn, parts, loss_mask)
             learn["grad_norm"] = self._optimizer_step()
         return learn
 
@@ -334,6 +345,7 @@ class Trainer:
     def _optimizer_step(self) -> float:
         clip = self.cfg.optim.max_grad_norm
         params = [p for p in self.model.parameters() if p.requires_grad]
+        self.learners.all_reduce_gradients(params)  # data-parallel learners: sum of the ranks' gradients
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
         self.optimizer.step()
         self.scheduler.step()
@@ -372,7 +384,7 @@ class Trainer:
     # ------------------------------------------------------------------ eval, checkpoints
     def evaluate(self, label: str) -> dict[str, float]:
         rows = self.splits.heldout
-        if not rows:
+        if not rows or not self.learners.is_main:
             return {}
         if any(row.get("answer") is None for row in rows):
             log.info("held-out rows have no answers (label-free data): skipping the accuracy evaluation")
@@ -385,7 +397,9 @@ class Trainer:
         log.info("held-out accuracy (%s, step %d): %.3f on %d", label, self.step, result["accuracy"], result["n"])
         return result
 
-    def save(self) -> Path:
+    def save(self) -> Optional[Path]:
+        if not self.learners.is_main:
+            return None
         return ckpt_io.save_checkpoint(
             self.run_dir / "checkpoints",
             self.step,
@@ -437,12 +451,13 @@ class Trainer:
         cfg = self.cfg
         self.elapsed = 0.0
         resumed = self.resume() if resume else False
-        (self.run_dir / "config.yaml").write_text(dump_yaml(cfg))
+        if self.learners.is_main:
+            (self.run_dir / "config.yaml").write_text(dump_yaml(cfg))
         before = self.evaluate("before") if cfg.eval.before and not resumed else None
-        progress = StepProgress(cfg.train.steps, enabled=cfg.logging.progress, start=self.step)
+        progress = StepProgress(cfg.train.steps, enabled=cfg.logging.progress and self.learners.is_main, start=self.step)
         budget_s = cfg.train.max_minutes * 60 if cfg.train.max_minutes else float("inf")
         with progress, self._checkpoint_on_interrupt():
-            while self.step < cfg.train.steps and self.elapsed < budget_s:
+            while self.step < cfg.train.steps and self.learners.agree(self.elapsed < budget_s):
                 # elapsed = wall time of the training loop (steps, mid-run evals, checkpoints)
                 t0 = time.perf_counter()
                 metrics = self.train_step()
@@ -462,5 +477,5 @@ class Trainer:
         self.logger.close()
         from grpokit.trainer.report import write_report
 
-        report = write_report(self.run_dir)
+        report = write_report(self.run_dir) if self.learners.is_main else None
         return {"before": before, "after": after, "train_minutes": self.elapsed / 60, "steps": self.step, "report": str(report)}
