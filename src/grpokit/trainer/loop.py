@@ -22,6 +22,7 @@ from grpokit.config.schema import Config
 from grpokit.data.sampler import CurriculumSampler, PromptSampler
 from grpokit.distributed.ddp import SilentLogger, init_learners
 from grpokit.registries import get_registry
+from grpokit.rollout import make_backend
 from grpokit.rollout.hf import HFBackend
 from grpokit.rollout.types import SamplingParams, span_mask_through
 from grpokit.trainer import checkpoint as ckpt_io
@@ -72,7 +73,10 @@ class Trainer:
         self.needs_ref = (algo.beta > 0 and "ref_logp" in kl_needs) or "ref_logp" in needs
         self.ref_model = self._reference_model()
         self.teacher = self._teacher_model() if "teacher_logp" in needs else None
-        self.backend = HFBackend(self.model, self.tokenizer)
+        if self.learners.is_main:
+            self.backend = make_backend(cfg.rollout, self.model, self.tokenizer, seed=cfg.train.seed)
+        else:  # only rank 0 samples; other learners keep an idle in-process backend for its pad / EOS ids
+            self.backend = HFBackend(self.model, self.tokenizer)
         self.optimizer = setup.build_optimizer(self.model, cfg.optim)
         self.scheduler = setup.build_scheduler(self.optimizer, cfg.optim, cfg.train.steps)
         self.sampler = PromptSampler(self.splits.train, cfg.data.seed)
