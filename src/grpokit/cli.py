@@ -54,10 +54,14 @@ def _load(args):
 
 
 def cmd_train(args) -> int:
-    from grpokit.trainer.loop import Trainer
+    from grpokit.distributed import MissingExtraError, make_trainer
 
     cfg = _load(args)
-    summary = Trainer(cfg).train(resume=args.resume)
+    try:
+        trainer = make_trainer(cfg)  # Ray rollout workers when distributed.rollout_workers > 0
+    except MissingExtraError as exc:
+        raise UserError(str(exc)) from None
+    summary = trainer.train(resume=args.resume)
     _print_summary(summary)
     return 0
 

@@ -46,6 +46,14 @@ def _sample_and_score(
     r = cfg.rollout
     params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, min_new_tokens=r.min_new_tokens)
     batch = backend.generate(render(rows), rows, r.group_size, params)
+    return (batch, *score_batch(cfg, batch, rewards, combine))
+
+
+def score_batch(
+    cfg: Config, batch: RolloutBatch, rewards: list[NamedReward], combine: Optional[Callable] = None
+) -> tuple[RewardScores, dict[str, float]]:
+    """Rewards of a sampled batch: every reward column, the combiner, DAPO's overlong punishment."""
+    r = cfg.rollout
     scores = score_completions(
         rewards, batch.prompts, batch.completions, batch.columns(), on_error=cfg.train.on_reward_error,
         group_ids=batch.group_ids.tolist(), timeout_s=cfg.train.reward_timeout_s,
@@ -59,7 +67,7 @@ def _sample_and_score(
         r_len, m = overlong_punishment(lengths, max_len=r.max_new_tokens, cache_len=cfg.algorithm.overlong_cache)
         scores.total = scores.total + r_len
         metrics.update({k: float(v) for k, v in m.items()})
-    return batch, scores, metrics
+    return scores, metrics
 
 
 def collect_batch(

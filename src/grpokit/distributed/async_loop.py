@@ -1,0 +1,229 @@
+"""Asynchronous GRPO with Ray rollout workers, as in INTELLECT-2 (arXiv 2505.07291).
+
+The learner's step is the single-process step (:class:`grpokit.trainer.loop.Trainer`) with its
+collect stage swapped: instead of sampling in-process it
+
+1. keeps up to ``distributed.queue_size`` requests (``prompts_per_step`` prompts each) in flight
+   on ``distributed.rollout_workers`` Ray actors (1 when ``staleness`` = 0);
+2. takes the oldest request's batch; a batch made with weight version v < step - k
+   (k = ``distributed.staleness``) is never trained on: it is dropped and its prompts re-issued;
+3. checks the batch's TOPLOC commitment when its worker is untrusted (a no-grad prefill with the
+   weights of version v, one extra forward per checked batch); a batch that fails is dropped and
+   its prompts re-issued to another worker;
+4. scores the rewards itself (workers return raw batches), learns, then publishes its weights as
+   version ``step`` through SHARDCAST and appends the trained prompts to ``trained_prompts.jsonl``.
+
+Departures from INTELLECT-2: no separate validator nodes (the learner verifies); data moves
+through Ray's object store instead of Parquet files and HTTP relays; prompts are assigned by
+the learner, not picked by the workers. With k = 0 each request carries the learner's torch RNG
+state and the learner adopts the worker's state afterwards, so the run reproduces the
+single-process run's metrics exactly (same seed, same threads).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from typing import Any, Optional
+
+import torch
+
+from grpokit.config.schema import Config
+from grpokit.distributed import require_ray
+from grpokit.distributed.ledger import Request, RequestLedger
+from grpokit.distributed.shardcast import MiB, build_manifest, load_into, trainable_state
+from grpokit.distributed.toploc import check_commitment, prefill_hidden
+from grpokit.trainer import checkpoint as ckpt_io
+from grpokit.trainer.collect import score_batch
+from grpokit.trainer.loop import Trainer
+
+log = logging.getLogger(__name__)
+
+
+def checked_workers(cfg: Config) -> set[int]:
+    """Workers whose batches must pass TOPLOC: ``untrusted_workers``, or all when it is empty and ``verify_rollouts``."""
+    d = cfg.distributed
+    for name, values in (("untrusted_workers", d.untrusted_workers), ("tamper_worker", [d.tamper_worker] if d.tamper_worker >= 0 else [])):
+        bad = [i for i in values if not 0 <= int(i) < d.rollout_workers]
+        if bad:
+            raise ValueError(f"distributed.{name} {bad} is not a worker index below distributed.rollout_workers={d.rollout_workers}")
+    if d.untrusted_workers:
+        return {int(i) for i in d.untrusted_workers}
+    return set(range(d.rollout_workers)) if d.verify_rollouts else set()
+
+
+class AsyncTrainer(Trainer):
+    """A Trainer whose batches come from Ray rollout workers (used when ``distributed.rollout_workers > 0``)."""
+
+    def __init__(self, cfg: Config, model: Optional[torch.nn.Module] = None, tokenizer: Any = None) -> None:
+        require_ray()
+        if cfg.algorithm.dynamic_sampling:
+            raise ValueError("algorithm.dynamic_sampling is not supported with distributed.rollout_workers > 0 yet: set one of them off")
+        self.checked = checked_workers(cfg)
+        super().__init__(cfg, model, tokenizer)
+        from grpokit.distributed.pool import WorkerPool
+
+        d = cfg.distributed
+        self.sampler = RequestLedger(self.sampler, self.splits.train)
+        self.max_in_flight = 1 if d.staleness == 0 else d.queue_size
+        if d.staleness > 0 and self.max_in_flight < d.rollout_workers:
+            log.warning("distributed.queue_size=%d < rollout_workers=%d: some workers idle", self.max_in_flight, d.rollout_workers)
+        state, _ = trainable_state(self.model)
+        state_bytes = sum(t.numel() * t.element_size() for t in state.values())
+        rng = ckpt_io.rng_state()  # starting Ray and actors must not move the learner's RNG streams
+        self.pool = WorkerPool(cfg, self.checked, object_store_bytes=max(256 * MiB, (d.staleness + 3) * state_bytes))
+        ckpt_io.set_rng_state(rng)
+        self.manifests: dict[int, Any] = {}
+        self.versions: dict[int, dict[str, torch.Tensor]] = {}  # verification weights by version
+        self._verifier: Optional[torch.nn.Module] = None
+        self.counts = {"dropped_stale": 0, "checked": 0, "rejected": 0, "reissued": 0}
+        self.per_worker = {i: {"checked": 0, "rejected": 0} for i in self.checked}
+        self.refused_versions: dict[int, int] = {}
+        self._taken: Optional[tuple[Request, dict[str, Any]]] = None
+        self.trained_log = self.run_dir / "trained_prompts.jsonl"
+        self.elapsed = 0.0  # train() sets it too; save() may come first when steps are driven by hand
+        self.publish()
+
+    # ------------------------------------------------------------------ weights out
+    def publish(self) -> None:
+        """SHARDCAST the current weights as version ``self.step``; forget versions no batch may use."""
+        import ray
+
+        state, adapter_only = trainable_state(self.model)
+        manifest = build_manifest(state, self.step, self.cfg.distributed.shard_mb, adapter_only=adapter_only, put=ray.put)
+        self.pool.publish(manifest)
+        self.manifests[self.step] = manifest
+        if self.checked:
+            self.versions[self.step] = state
+        oldest = self.step - self.cfg.distributed.staleness
+        for table in (self.manifests, self.versions):
+            for v in [v for v in table if v < oldest]:
+                del table[v]
+
+    # ------------------------------------------------------------------ batches in
+    def _fill(self) -> None:
+        """Issue requests until ``max_in_flight`` are outstanding at the workers."""
+        while len(self.pool.in_flight) < self.max_in_flight:
+            req = self.sampler.take(self.cfg.rollout.prompts_per_step)
+            exact = self.cfg.distributed.staleness == 0
+            payload = {
+                "id": req.id, "rows": req.rows, "texts": self._prompt_texts(req.rows),
+                "rng_state": torch.get_rng_state() if exact else None,
+                "seed": self.cfg.train.seed * 1_000_003 + req.id,
+            }
+            self.pool.submit(req, payload)
+
+    def _verified(self, result: dict[str, Any]) -> bool:
+        """TOPLOC check of a batch from a checked worker, with the weights of the batch's version."""
+        worker, version, batch = result["worker"], result["version"], result["batch"]
+        if version == self.step:
+            model = self.model
+        else:
+            if self._verifier is None:
+                self._verifier = copy.deepcopy(self.model)
+            load_into(self._verifier, self.versions[version], hasattr(self.model, "peft_config"))
+            model = self._verifier
+        hidden = prefill_hidden(model, batch)
+        ok, info = check_commitment(result["commitment"], hidden, batch.prompt_ids.shape[1], self.cfg.distributed.toploc_tolerance)
+        self.counts["checked"] += 1
+        self.per_worker[worker]["checked"] += 1
+        if not ok:
+            self.counts["rejected"] += 1
+            self.per_worker[worker]["rejected"] += 1
+            log.warning("TOPLOC: batch of worker %d rejected (max relative error %.3g)", worker, info["max_rel_err"])
+        return ok
+
+    def _next_accepted(self) -> tuple[Request, dict[str, Any]]:
+        """The oldest batch that is fresh enough and verifies; everything else is re-issued."""
+        k = self.cfg.distributed.staleness
+        while True:
+            self._fill()
+            req = self.pool.in_flight[min(self.pool.in_flight)][2]
+            result, lost = self.pool.next_result()
+            if result is None:
+                for r in lost:
+                    self.sampler.reissue(r)
+                self.counts["reissued"] += len(lost)
+                continue
+            self.refused_versions[result["worker"]] = result["refused_versions"]
+            if result["version"] < self.step - k:  # too stale: never trained on
+                self.counts["dropped_stale"] += 1
+                avoid = None
+            elif result["worker"] in self.checked and not self._verified(result):
+                avoid = result["worker"]  # give the prompts to another worker
+            else:
+                return req, result
+            self.sampler.reissue(req, avoid=avoid)
+            self.counts["reissued"] += 1
+
+    def _collect(self):
+        """(batch, scores, metrics) from the workers, scored here; overrides in-process sampling."""
+        before = dict(self.counts)
+        req, result = self._next_accepted()
+        self.sampler.trained(req)
+        if self.cfg.distributed.staleness == 0:
+            torch.set_rng_state(result["rng_state"])  # continue the stream exactly where sampling left it
+        else:
+            self._fill()  # the workers generate the next batches while this one is learned
+        batch = result["batch"]
+        scores, metrics = score_batch(self.cfg, batch, self.rewards, combine=self._combine)
+        if hasattr(self.sampler, "observe"):  # curricula learn each prompt's difficulty
+            self._observe_groups(batch, scores)
+            metrics.update(self.sampler.metrics())
+        self._taken = (req, result)
+        metrics.update(self._async_metrics(result, before))
+        return batch, scores, metrics
+
+    def _async_metrics(self, result: dict[str, Any], before: dict[str, int]) -> dict[str, float]:
+        m = {
+            "async/staleness": float(self.step - result["version"]),
+            "async/version": float(result["version"]),
+            "async/worker": float(result["worker"]),
+            "async/dropped_stale": float(self.counts["dropped_stale"] - before["dropped_stale"]),
+            "async/reissued": float(self.counts["reissued"] - before["reissued"]),
+            "async/worker_restarts": float(self.pool.restarts),
+            "shardcast/refused_versions": float(sum(self.refused_versions.values())),
+        }
+        if self.checked:
+            m["toploc/checked_batches"] = float(self.counts["checked"])
+            m["toploc/rejected_batches"] = float(self.counts["rejected"])
+            for i, c in self.per_worker.items():
+                m[f"toploc/worker{i}/checked"] = float(c["checked"])
+                m[f"toploc/worker{i}/rejected"] = float(c["rejected"])
+        return m
+
+    # ------------------------------------------------------------------ the step, checkpoints, the run
+    def train_step(self) -> dict[str, float]:
+        """The Trainer's step on a worker batch, then publish the new weights and log the trained prompts."""
+        metrics = super().train_step()
+        self.publish()
+        req, result = self._taken
+        with self.trained_log.open("a") as f:
+            for j, row_id in enumerate(req.row_ids):
+                f.write(json.dumps({"step": self.step, "request": req.id, "prompt": f"{req.id}:{j}", "row": row_id,
+                                    "worker": result["worker"], "version": result["version"]}) + "\n")
+        return metrics
+
+    def resume(self) -> bool:
+        """Resume the learner (weights, optimizer, data position, pending requests) and re-publish its weights."""
+        resumed = super().resume()
+        if resumed:
+            if self.trained_log.is_file():  # forget prompts of steps after the checkpoint
+                lines = [ln for ln in self.trained_log.read_text().splitlines() if json.loads(ln)["step"] <= self.step]
+                self.trained_log.write_text("".join(ln + "\n" for ln in lines))
+            self.publish()
+        return resumed
+
+    def train(self, resume: bool = False) -> dict[str, Any]:
+        try:
+            return super().train(resume=resume)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the workers (and the local Ray cluster this run started)."""
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            pool.close()
+            self.pool = None
