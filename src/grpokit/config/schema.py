@@ -73,6 +73,9 @@ class DataConfig:
     seed: int = opt(0, "seed of task generation, splitting and data order")
     curriculum: Optional[str] = opt(None, "prompt curriculum (difficulty_augmentation, pass_rate_filter; null = none)", registry="curriculum")
     curriculum_options: dict = opt({}, "keyword options of the curriculum")
+    offline_filter_samples: int = opt(
+        0, "INTELLECT-2 offline filter: sample k completions per training prompt with the initial policy and drop prompts solved by all or none (0 = off)", ge=0
+    )
 
 
 @dataclass

@@ -226,3 +226,4 @@ from grpokit.rewards import group as _group  # noqa: E402,F401  (registers the g
 from grpokit.rewards import reward_model as _reward_model  # noqa: E402,F401  (registers "rm_score")
 from grpokit.rewards import sql as _sql  # noqa: E402,F401  (registers the SQL execution rewards)
 from grpokit.rewards import crpo as _crpo  # noqa: E402,F401  (registers the CRPO rule rewards)
+from grpokit.rewards import length as _length  # noqa: E402,F401  (registers "length_target")

@@ -19,6 +19,7 @@ import torch
 
 from grpokit.config.loading import dump_yaml
 from grpokit.config.schema import Config
+from grpokit.data.offline_filter import offline_difficulty_filter
 from grpokit.data.sampler import CurriculumSampler, PromptSampler
 from grpokit.distributed.ddp import SilentLogger, init_learners
 from grpokit.registries import get_registry
@@ -77,6 +78,10 @@ class Trainer:
             self.backend = make_backend(cfg.rollout, self.model, self.tokenizer, seed=cfg.train.seed)
         else:  # only rank 0 samples; other learners keep an idle in-process backend for its pad / EOS ids
             self.backend = HFBackend(self.model, self.tokenizer)
+        if cfg.data.offline_filter_samples:  # INTELLECT-2: drop prompts the initial policy always / never solves
+            self.splits.train = self.learners.on_main(
+                lambda: offline_difficulty_filter(cfg, self.backend, self.splits.train, self._prompt_texts, self.judge)
+            )
         self.optimizer = setup.build_optimizer(self.model, cfg.optim)
         self.scheduler = setup.build_scheduler(self.optimizer, cfg.optim, cfg.train.steps)
         self.sampler = PromptSampler(self.splits.train, cfg.data.seed)
