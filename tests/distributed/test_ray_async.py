@@ -49,7 +49,8 @@ def trained_rows(run_dir):
 def test_staleness_0_reproduces_the_single_process_run(model_dir, tmp_path):
     single = Trainer(make_cfg(model_dir, tmp_path / "single", **{"distributed.rollout_workers": 0}))
     expected = run_steps(single, 3)
-    trainer = make_trainer(make_cfg(model_dir, tmp_path / "async", **{"distributed.staleness": 0}))
+    # k = 0 keeps one request in flight, so one worker is enough (and starts faster)
+    trainer = make_trainer(make_cfg(model_dir, tmp_path / "async", **{"distributed.staleness": 0, "distributed.rollout_workers": 1}))
     assert isinstance(trainer, AsyncTrainer)
     try:
         got = run_steps(trainer, 3)
@@ -104,7 +105,8 @@ def test_killed_worker_and_resume_train_every_prompt_exactly_once(model_dir, tmp
     assert sorted(r["row"] for r in log) == list(range(8))  # every prompt once, none twice
     assert len({r["prompt"] for r in log}) == 8
 
-    resumed = AsyncTrainer(cfg)  # continue from the step-2 checkpoint: its pending requests come first
+    # continue from the step-2 checkpoint (with one worker: the queue does not depend on the pool size)
+    resumed = AsyncTrainer(make_cfg(model_dir, tmp_path / "run", **{"distributed.staleness": 1, "distributed.rollout_workers": 1}))
     try:
         assert resumed.resume() and resumed.step == 2
         assert [p["id"] for p in resumed.sampler.state()["pending"]] == [p["id"] for p in pending] != []

@@ -143,7 +143,7 @@ class AsyncTrainer(Trainer):
             result, lost = self.pool.next_result()
             if result is None:
                 for r in lost:
-                    self.sampler.reissue(r)
+                    self.sampler.reissue(r, avoid=r.avoid)
                 self.counts["reissued"] += len(lost)
                 continue
             self.refused_versions[result["worker"]] = result["refused_versions"]

@@ -60,6 +60,8 @@ class WorkerPool:
             lost = [req] + [r for _, w, r in self.in_flight.values() if w == worker]
             for r in lost[1:]:
                 del self.in_flight[r.id]
+            for r in lost:  # the replacement needs seconds to load its model: others take these first
+                r.avoid = worker
             self._restart(worker)
             return None, lost
 
