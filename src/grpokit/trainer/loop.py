@@ -106,6 +106,7 @@ class Trainer:
             entropy_band_coef=algo.entropy_band_coef,
             entropy_band_quantiles=tuple(algo.entropy_band_quantiles),
             max_len=cfg.rollout.max_new_tokens,
+            sequence_chunk=cfg.train.sequence_chunk,
         )
         self.step = 0
         self._step_start = None
