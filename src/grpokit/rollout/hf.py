@@ -8,9 +8,11 @@ distribution (temperature, top-k, top-p applied) is recorded on the way.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
-from grpokit.model.logprobs import cache_kwarg
+from grpokit.model.logprobs import cache_kwarg, output_cache
 from grpokit.rollout.types import RolloutBatch, SamplingParams
 
 
@@ -41,26 +43,40 @@ def sampling_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     return logits
 
 
-def _entropy(logp: torch.Tensor) -> torch.Tensor:
-    """-sum p log p over the last axis of log-probs ``[N, V]``; tokens with p = 0 (logp = -inf) add 0."""
-    return -torch.where(torch.isinf(logp), 0.0, logp.exp() * logp).sum(-1)
+def sample_categorical(probs: torch.Tensor) -> torch.Tensor:
+    """One draw per row of ``probs [N, V]`` (unnormalised is fine) by inverting the CDF: ``[N]``.
+
+    Exact (tokens of probability 0 are never drawn) and ~15x cheaper on CPU than
+    ``torch.multinomial``, whose exponential-race sampler costs ~40 ms per ``[32, 49152]`` call.
+    """
+    cdf = probs.cumsum(-1)
+    u = torch.rand(probs.shape[0], 1, dtype=cdf.dtype) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
 
 
-def next_tokens(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sample (or argmax) one token per row.
+def next_tokens(
+    logits: torch.Tensor, params: SamplingParams, banned: Optional[torch.Tensor] = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sample (or argmax) one token per row; ``banned`` token ids ``[k]`` get probability 0.
 
     Returns (tokens [N], log-prob under the sampler [N], entropy [N] of the tempered
-    distribution before top-k/top-p, i.e. of softmax(logits / T) as the learner sees it).
+    distribution before top-k/top-p/banning, i.e. of softmax(logits / T) as the learner sees it).
     """
+    scale = 1.0 if params.greedy else params.temperature
+    tempered = torch.log_softmax(logits.float() / scale, dim=-1)
+    entropy = -(tempered.exp() * tempered).sum(-1)
+    logp = tempered
     if params.greedy:
-        logp = torch.log_softmax(logits.float(), dim=-1)
+        if banned is not None:
+            logp = logp.index_fill(-1, banned, float("-inf"))
         tok = logp.argmax(-1)
-        entropy = _entropy(logp)
     else:
-        tempered = torch.log_softmax(logits.float() / params.temperature, dim=-1)
-        entropy = _entropy(tempered)
-        logp = torch.log_softmax(sampling_logits(logits, params), dim=-1) if (params.top_k or params.top_p < 1.0) else tempered
-        tok = torch.multinomial(logp.exp(), 1).squeeze(-1)
+        if params.top_k or params.top_p < 1.0 or banned is not None:
+            shaped = sampling_logits(logits, params)
+            if banned is not None:
+                shaped = shaped.index_fill(-1, banned, float("-inf"))
+            logp = torch.log_softmax(shaped, dim=-1)
+        tok = sample_categorical(logp.exp())
     return tok, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1), entropy
 
 
@@ -83,7 +99,7 @@ class HFBackend:
         b = n * group_size
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1)
-        cache = getattr(out, "cache", None) or out.past_key_values
+        cache = output_cache(out)
         expand = torch.arange(n).repeat_interleave(group_size)
         if group_size > 1:
             cache.reorder_cache(expand)
@@ -95,9 +111,7 @@ class HFBackend:
         active = torch.arange(b)  # rows still generating, in cache order
         eos = torch.tensor(self.eos_ids)
         for t in range(params.max_new_tokens):
-            if t < params.min_new_tokens:  # EOS not allowed yet (fixed-length benchmarks)
-                logits = logits.index_fill(-1, eos, float("-inf"))
-            tok, lp, ent = next_tokens(logits, params)
+            tok, lp, ent = next_tokens(logits, params, banned=eos if t < params.min_new_tokens else None)
             tokens[active, t], logps[active, t], entropies[active, t] = tok, lp, ent
             alive = ~torch.isin(tok, eos)
             if t == params.max_new_tokens - 1 or not bool(alive.any()):

@@ -1,0 +1,145 @@
+#!/usr/bin/env python
+"""Peak memory of one learner step vs completion length: full logits, chunked head, StreamBP.
+
+    python benchmarks/learner_memory.py                         # 512 / 1024 / 2048 tokens, 2 rows
+    python benchmarks/learner_memory.py --lengths 256,512 --rows 1 --chunk 128
+
+One learner step = forward + backward of the GRPO objective (token-level ppo_clip, seq_mean_token_mean)
+on one micro-batch of ``rows`` completions of one prompt, every completion exactly T tokens,
+on the embedded SmolLM2-135M-Instruct (fp32, full fine-tune). Modes:
+
+* ``logits``   — the textbook path: ``[B, T, V]`` logits, log-softmax chunked over T (grpokit before
+                 the chunked head; what most trainers do);
+* ``chunked``  — grpokit's default: the LM head runs from hidden states in row chunks, the logits
+                 recomputed in its backward (``grpokit.model.chunked_head``);
+* ``streambp`` — chunked head + sequence-chunked backprop through the layers
+                 (``train.sequence_chunk``, ``grpokit.model.streambp``).
+
+Each (mode, T) runs in a fresh child process. Reported: the learner's peak extra memory =
+peak RSS during the step minus RSS just before it (model, gradients already allocated, inputs
+ready), and the step's seconds. The last line is machine-readable:
+``streambp_vs_logits_at_<Tmax>=<ratio> chunked_vs_logits_at_<Tmax>=<ratio>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+MODES = ("logits", "chunked", "streambp")
+TAG = "LEARNER_MEMORY_JSON:"
+
+
+def _status_mib(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    raise RuntimeError(field)
+
+
+def child(mode: str, length: int, rows: int, chunk: int) -> None:
+    import torch
+
+    from grpokit.algos.objective import grpo_objective
+    from grpokit.algos.losses import LossInputs
+    from grpokit.model.loading import load_model
+    from grpokit.model.logprobs import completion_logprobs
+    from grpokit.model.streambp import streamed_backward, streamed_forward
+    from grpokit.registries import get_registry
+
+    torch.manual_seed(0)
+    model, tok = load_model("smollm2-135m-instruct", dtype="float32")
+    model.train()
+    for p in model.parameters():  # gradients exist before the step, as from the second step of training
+        p.grad = torch.zeros_like(p)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Write a long story about a cat."}],
+                                     tokenize=False, add_generation_prompt=True)
+    p_ids = tok(prompt, return_tensors="pt", add_special_tokens=False).input_ids.repeat(rows, 1)
+    p_mask = torch.ones_like(p_ids)
+    c_ids = torch.randint(100, 40000, (rows, length))
+    c_mask = torch.ones_like(c_ids)
+    group = torch.zeros(rows, dtype=torch.long)
+    adv = torch.randn(rows)
+    loss_fn, agg = get_registry("loss").get("ppo_clip"), get_registry("aggregation").get("seq_mean_token_mean")
+
+    def objective(logp, mask):
+        inp = LossInputs(logp=logp, old_logp=logp.detach(), adv=adv, mask=mask.float())
+        loss, _ = grpo_objective(inp, policy_loss=loss_fn, aggregate=agg, kl_estimator=None, beta=0.0,
+                                 loss_options={"epsilon_low": 0.2, "epsilon_high": 0.2}, num_seqs=float(rows),
+                                 num_tokens=float(mask.sum()), max_len=mask.shape[1])
+        return loss
+
+    def step(args):
+        if mode == "streambp":
+            logp, _, state = streamed_forward(model, *args, group_ids=group, chunk=chunk)
+            logp.requires_grad_()
+            (g,) = torch.autograd.grad(objective(logp, args[3]), [logp])
+            streamed_backward(model, *args, g, state)
+        else:
+            logp, _ = completion_logprobs(model, *args, group_ids=group, fused_head=mode == "chunked")
+            objective(logp, args[3]).backward()
+
+    step((p_ids, p_mask, c_ids[:, :16], c_mask[:, :16]))  # warm-up: weights paged in, kernels initialised
+    args = (p_ids, p_mask, c_ids, c_mask)
+    before = _status_mib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:  # reset the peak (VmHWM) to the current RSS
+        f.write("5")
+    t0 = time.perf_counter()
+    step(args)
+    seconds = time.perf_counter() - t0
+    peak = _status_mib("VmHWM")
+    print(TAG + json.dumps({"mode": mode, "T": length, "rows": rows, "before_mib": before, "peak_mib": peak,
+                            "extra_mib": peak - before, "seconds": seconds}), flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lengths", default="512,1024,2048", help="completion lengths T")
+    p.add_argument("--rows", type=int, default=2, help="completions in the micro-batch (one prompt)")
+    p.add_argument("--chunk", type=int, default=256, help="StreamBP chunk (train.sequence_chunk)")
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.threads:
+        import torch
+
+        torch.set_num_threads(a.threads)
+    if a._child:
+        child(a._child[0], int(a._child[1]), a.rows, a.chunk)
+        return
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    results = []
+    for length in [int(x) for x in a.lengths.split(",")]:
+        for mode in a.modes.split(","):
+            cmd = [sys.executable, __file__, "--_child", mode, str(length), "--rows", str(a.rows), "--chunk", str(a.chunk)]
+            if a.threads:
+                cmd += ["--threads", str(a.threads)]
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            line = next((ln for ln in out.stdout.splitlines() if ln.startswith(TAG)), None)
+            if line is None:
+                print(out.stderr[-3000:], file=sys.stderr)
+                raise SystemExit(f"child {mode} T={length} failed")
+            r = json.loads(line[len(TAG):])
+            results.append(r)
+            print(f"T={length:5d} {mode:9s} extra {r['extra_mib']:8.0f} MiB  peak {r['peak_mib']:8.0f} MiB  {r['seconds']:6.1f} s",
+                  file=sys.stderr, flush=True)
+    print(f"| T | mode | learner extra MiB | peak RSS MiB | s | extra / logits |")
+    print("|---|---|---|---|---|---|")
+    base = {r["T"]: r["extra_mib"] for r in results if r["mode"] == "logits"}
+    for r in results:
+        ratio = r["extra_mib"] / base[r["T"]] if r["T"] in base else float("nan")
+        print(f"| {r['T']} | {r['mode']} | {r['extra_mib']:.0f} | {r['peak_mib']:.0f} | {r['seconds']:.1f} | {ratio:.2f} |")
+    t_max = max(r["T"] for r in results)
+    at = {r["mode"]: r["extra_mib"] for r in results if r["T"] == t_max}
+    if "logits" in at:
+        print(" ".join(f"{m}_vs_logits_at_{t_max}={at[m] / at['logits']:.3f}" for m in ("streambp", "chunked") if m in at))
+
+
+if __name__ == "__main__":
+    main()
