@@ -3,10 +3,14 @@
 The learner's step is the single-process step (:class:`grpokit.trainer.loop.Trainer`) with its
 collect stage swapped: instead of sampling in-process it
 
-1. keeps up to ``distributed.queue_size`` requests (``prompts_per_step`` prompts each) in flight
-   on ``distributed.rollout_workers`` Ray actors (1 when ``staleness`` = 0);
-2. takes the oldest request's batch; a batch made with weight version v < step - k
-   (k = ``distributed.staleness``) is never trained on: it is dropped and its prompts re-issued;
+1. keeps up to min(``distributed.queue_size``, k + 1) requests (``prompts_per_step`` prompts
+   each) in flight on ``distributed.rollout_workers`` Ray actors, k = ``distributed.staleness``:
+   a request issued after version v was published and m requests behind the oldest is trained
+   at step v + m, so k + 1 in flight never makes a stale batch; while a batch is learned, new
+   requests go out only up to k in flight (they are made with the pre-update weights);
+2. takes the oldest request's batch; a batch made with weight version v < step - k (after a
+   failure or a rejection reordered the queue) is never trained on: it is dropped and its
+   prompts re-issued;
 3. checks the batch's TOPLOC commitment when its worker is untrusted (a no-grad prefill with the
    weights of version v, one extra forward per checked batch); a batch that fails is dropped and
    its prompts re-issued to another worker;
@@ -66,9 +70,10 @@ class AsyncTrainer(Trainer):
 
         d = cfg.distributed
         self.sampler = RequestLedger(self.sampler, self.splits.train)
-        self.max_in_flight = 1 if d.staleness == 0 else d.queue_size
+        self.max_in_flight = min(d.queue_size, d.staleness + 1)
         if d.staleness > 0 and self.max_in_flight < d.rollout_workers:
-            log.warning("distributed.queue_size=%d < rollout_workers=%d: some workers idle", self.max_in_flight, d.rollout_workers)
+            log.warning("at most %d requests in flight (distributed.queue_size, staleness + 1) for %d rollout_workers: "
+                        "some workers idle", self.max_in_flight, d.rollout_workers)
         state, _ = trainable_state(self.model)
         state_bytes = sum(t.numel() * t.element_size() for t in state.values())
         rng = ckpt_io.rng_state()  # starting Ray and actors must not move the learner's RNG streams
@@ -102,9 +107,9 @@ class AsyncTrainer(Trainer):
                 del table[v]
 
     # ------------------------------------------------------------------ batches in
-    def _fill(self) -> None:
-        """Issue requests until ``max_in_flight`` are outstanding at the workers."""
-        while len(self.pool.in_flight) < self.max_in_flight:
+    def _fill(self, limit: int) -> None:
+        """Issue requests until ``limit`` are outstanding at the workers."""
+        while len(self.pool.in_flight) < limit:
             req = self.sampler.take(self.cfg.rollout.prompts_per_step)
             exact = self.cfg.distributed.staleness == 0
             payload = {
@@ -138,7 +143,7 @@ class AsyncTrainer(Trainer):
         """The oldest batch that is fresh enough and verifies; everything else is re-issued."""
         k = self.cfg.distributed.staleness
         while True:
-            self._fill()
+            self._fill(self.max_in_flight)
             req = self.pool.in_flight[min(self.pool.in_flight)][2]
             result, lost = self.pool.next_result()
             if result is None:
@@ -164,8 +169,8 @@ class AsyncTrainer(Trainer):
         self.sampler.trained(req)
         if self.cfg.distributed.staleness == 0:
             torch.set_rng_state(result["rng_state"])  # continue the stream exactly where sampling left it
-        else:
-            self._fill()  # the workers generate the next batches while this one is learned
+        else:  # the workers generate the next batches while this one is learned (k in flight: none stale)
+            self._fill(min(self.max_in_flight, self.cfg.distributed.staleness))
         batch = result["batch"]
         scores, metrics = score_batch(self.cfg, batch, self.rewards, combine=self._combine)
         if hasattr(self.sampler, "observe"):  # curricula learn each prompt's difficulty
