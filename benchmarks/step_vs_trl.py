@@ -3,6 +3,15 @@
 
     python benchmarks/step_vs_trl.py                       # all four configs, 1 warm-up + 3 timed steps
     python benchmarks/step_vs_trl.py --configs full-b0 --steps 2 --warmup 1
+    python benchmarks/step_vs_trl.py --eos-stops          # let completions end at EOS (work then differs)
+
+Same work on both sides: by default every completion is exactly ``--max-new-tokens`` long
+(EOS is banned before the cap: grpokit ``rollout.min_new_tokens``, TRL
+``generation_kwargs.min_new_tokens``), so both sides sample, score and learn on the same number
+of tokens; without it the two sides' sampled lengths differ from step to step and the
+comparison measures luck as much as speed. Micro-batching is each side's own memory/speed knob
+(grpokit: ``--micro-batch``, default 4; TRL: ``per_device_train_batch_size`` = ``--trl-micro-batch``,
+default 16 with its default gradient checkpointing); it does not change the work or the update.
 
 Needs the ``bench`` extra (``pip install -e '.[bench]'``, i.e. ``trl``). Each (library, config)
 pair runs in its own child process, so the peak RSS reported (``ru_maxrss``) belongs to that run
@@ -45,7 +54,8 @@ CONFIGS = {
 }
 PROMPTS_PER_STEP = 4
 GROUP_SIZE = 8
-MICRO_BATCH = 16  # grpokit demo preset's train.micro_batch_size; TRL gets the same per-device batch
+MICRO_BATCH = 4  # grpokit's train.micro_batch_size here (the demo preset uses 16: memory vs speed)
+TRL_MICRO_BATCH = 16  # TRL's per_device_train_batch_size (gradient accumulation makes up the 32)
 MODEL = "smollm2-135m-instruct"
 RESULT_TAG = "BENCH_RESULT_JSON:"
 
@@ -53,7 +63,8 @@ log = logging.getLogger("step_vs_trl")
 
 
 # ---------------------------------------------------------------------------- shared helpers
-def _grpokit_config(spec: dict, steps: int, max_new_tokens: int, output_dir: str):
+def _grpokit_config(spec: dict, steps: int, max_new_tokens: int, output_dir: str, micro_batch: int = MICRO_BATCH,
+                    fixed_length: bool = True):
     from grpokit.config import load_config
 
     overrides = [
@@ -61,7 +72,8 @@ def _grpokit_config(spec: dict, steps: int, max_new_tokens: int, output_dir: str
         f"rollout.max_new_tokens={max_new_tokens}",
         f"rollout.prompts_per_step={PROMPTS_PER_STEP}",
         f"rollout.group_size={GROUP_SIZE}",
-        f"train.micro_batch_size={MICRO_BATCH}",
+        f"train.micro_batch_size={micro_batch}",
+        f"rollout.min_new_tokens={max_new_tokens if fixed_length else 0}",
         f"train.steps={steps}",
         "train.max_minutes=0",
         "eval.before=false",
@@ -99,12 +111,12 @@ def _finish(result: dict) -> None:
 
 
 # ---------------------------------------------------------------------------- grpokit child
-def child_grpokit(name: str, warmup: int, steps: int, max_new_tokens: int) -> None:
+def child_grpokit(name: str, warmup: int, steps: int, max_new_tokens: int, a: argparse.Namespace) -> None:
     from grpokit.trainer.loop import Trainer
 
     spec = CONFIGS[name]
     with tempfile.TemporaryDirectory(prefix="bench-grpokit-") as tmp:
-        cfg = _grpokit_config(spec, warmup + steps, max_new_tokens, tmp)
+        cfg = _grpokit_config(spec, warmup + steps, max_new_tokens, tmp, a.micro_batch, not a.eos_stops)
         t0 = time.perf_counter()
         trainer = Trainer(cfg)
         setup_s = time.perf_counter() - t0
@@ -129,7 +141,7 @@ def child_grpokit(name: str, warmup: int, steps: int, max_new_tokens: int) -> No
 
 
 # ---------------------------------------------------------------------------- TRL child
-def child_trl(name: str, warmup: int, steps: int, max_new_tokens: int) -> None:
+def child_trl(name: str, warmup: int, steps: int, max_new_tokens: int, a: argparse.Namespace) -> None:
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -166,10 +178,11 @@ def child_trl(name: str, warmup: int, steps: int, max_new_tokens: int) -> None:
             seed=gcfg.train.seed,
             # one optimizer step = 4 prompts x 8 completions = 32 sequences, learned in micro-batches of 16
             num_generations=GROUP_SIZE,
-            per_device_train_batch_size=MICRO_BATCH,
-            gradient_accumulation_steps=PROMPTS_PER_STEP * GROUP_SIZE // MICRO_BATCH,
-            steps_per_generation=PROMPTS_PER_STEP * GROUP_SIZE // MICRO_BATCH,
+            per_device_train_batch_size=a.trl_micro_batch,
+            gradient_accumulation_steps=PROMPTS_PER_STEP * GROUP_SIZE // a.trl_micro_batch,
+            steps_per_generation=PROMPTS_PER_STEP * GROUP_SIZE // a.trl_micro_batch,
             max_completion_length=max_new_tokens,
+            generation_kwargs=None if a.eos_stops else {"min_new_tokens": max_new_tokens},
             temperature=gcfg.rollout.temperature,
             top_p=gcfg.rollout.top_p,
             top_k=gcfg.rollout.top_k,
@@ -277,7 +290,8 @@ def matmul_gflops(n: int = 2048, reps: int = 5) -> float:
 
 def run_child(side: str, name: str, a: argparse.Namespace) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--_child", side, "--configs", name, "--steps", str(a.steps),
-           "--warmup", str(a.warmup), "--max-new-tokens", str(a.max_new_tokens)]
+           "--warmup", str(a.warmup), "--max-new-tokens", str(a.max_new_tokens), "--micro-batch", str(a.micro_batch),
+           "--trl-micro-batch", str(a.trl_micro_batch)] + (["--eos-stops"] if a.eos_stops else [])
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     log.info("running %s %s ...", side, name)
     t = time.perf_counter()
@@ -327,6 +341,9 @@ def main() -> None:
     p.add_argument("--configs", default=",".join(CONFIGS), help="comma list of " + ",".join(CONFIGS))
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--skip-trl", action="store_true", help="time grpokit only")
+    p.add_argument("--micro-batch", type=int, default=MICRO_BATCH, help="grpokit train.micro_batch_size")
+    p.add_argument("--trl-micro-batch", type=int, default=TRL_MICRO_BATCH, help="TRL per_device_train_batch_size (divides 32)")
+    p.add_argument("--eos-stops", action="store_true", help="completions may end at EOS (default: exactly --max-new-tokens)")
     p.add_argument("--_child", choices=["grpokit", "trl"], help=argparse.SUPPRESS)
     a = p.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s",
@@ -336,7 +353,7 @@ def main() -> None:
     if bad:
         p.error(f"unknown config(s) {bad}; choose from {list(CONFIGS)}")
     if a._child:
-        (child_grpokit if a._child == "grpokit" else child_trl)(names[0], a.warmup, a.steps, a.max_new_tokens)
+        (child_grpokit if a._child == "grpokit" else child_trl)(names[0], a.warmup, a.steps, a.max_new_tokens, a)
         return
     if a.steps < 1:
         p.error("--steps must be >= 1")
@@ -383,7 +400,8 @@ def main() -> None:
     print()
     print(f"fp32 matmul rate: {rate:.1f} GFLOP/s (2048^3, {torch.get_num_threads()} threads); N = {stats['n_params']:.0f}; "
           f"mean prompt {stats['prompt_tokens_mean']:.1f} tokens; {PROMPTS_PER_STEP} prompts x {GROUP_SIZE} completions, "
-          f"max {a.max_new_tokens} new tokens; {a.warmup} warm-up + {a.steps} timed steps per run")
+          f"max {a.max_new_tokens} new tokens ({'EOS allowed' if a.eos_stops else 'every completion exactly that long'}); "
+          f"micro-batch grpokit {a.micro_batch} / TRL {a.trl_micro_batch}; {a.warmup} warm-up + {a.steps} timed steps per run")
     if rows and rows[0][2] is not None:
         print(f"TRL generation/learning split: {rows[0][2]['split']}")
     geo = lambda xs: math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")  # noqa: E731

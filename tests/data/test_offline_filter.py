@@ -57,6 +57,17 @@ def test_filter_keeps_only_prompts_with_rates_strictly_between_0_and_1():
         offline_difficulty_filter(cfg, ScriptedBackend(), [ROWS[0], ROWS[2]], lambda rows: [r["prompt"] for r in rows], JUDGE)
 
 
+def prompt_keyed_reward(prompts, completions, **kw):
+    """'*' problems always pass, '-' never, '+' on about half the samples (parity of the first character)."""
+    out = []
+    for prompt, text in zip(prompts, completions):
+        if "*" in prompt or "-" in prompt:
+            out.append(float("*" in prompt))
+        else:
+            out.append(float(bool(text) and ord(text[0]) % 2 == 0))
+    return out
+
+
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("tiny"))
@@ -67,12 +78,13 @@ def test_trainer_filters_before_training_on_the_tiny_model(tiny_dir, tmp_path):
         f"model.name={tiny_dir}", f"logging.output_dir={tmp_path}", "logging.progress=false",
         "data.n_train=12", "data.n_heldout=2", "rollout.group_size=4", "rollout.prompts_per_step=2",
         "rollout.max_new_tokens=4", "train.micro_batch_size=8", "eval.before=false", "eval.after=false",
-        "data.offline_filter_samples=4", 'rewards=[{name: format_regex, kwargs: {pattern: "[a-z]"}}]',
+        "data.offline_filter_samples=6", f"rewards=[{{name: '{__file__}:prompt_keyed_reward'}}]",
     ])
     full = [r["prompt"] for r in build_splits(cfg.data).train]
     trainer = Trainer(cfg)
     kept = [r["prompt"] for r in trainer.splits.train]
-    # seeded: with 4 samples of 4 tokens the random tiny model always / never writes a letter for some prompts
-    assert 0 < len(kept) < len(full) and set(kept) <= set(full)
+    # '*' (rate 1) and '-' (rate 0) problems go; '+' problems stay unless all 6 samples agree (p = 1/32)
+    assert any("*" in q or "-" in q for q in full) and any("+" in q for q in full)
+    assert kept and set(kept) <= {q for q in full if "+" in q}
     assert trainer.sampler.rows is trainer.splits.train  # training draws only the kept prompts
     assert math.isfinite(trainer.train_step()["loss"])

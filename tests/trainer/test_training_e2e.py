@@ -137,10 +137,19 @@ def test_curriculum_and_combiner_run_log_and_checkpoint(tiny_cfg):
     )
 
 
+def first_char(prompts, completions, **_):
+    """Varies inside every group of random text, whatever the lengths: first character's code mod 5."""
+    return [(ord(c[0]) % 5) / 5 if c else 0.0 for c in completions]
+
+
+def last_char(prompts, completions, **_):
+    return [(ord(c[-1]) % 3) / 3 if c else 0.0 for c in completions]
+
+
 def test_mirror_descent_moves_weights_from_objective_gradients(tiny_cfg):
     cfg = tiny_cfg(**{
         "train.steps": 1, "rollout.max_new_tokens": 8,
-        "rewards": f"[{{name: '{__file__}:length_reward'}}, {{name: '{__file__}:count_x'}}]",
+        "rewards": f"[{{name: '{__file__}:first_char'}}, {{name: '{__file__}:last_char'}}]",
         "reward_combiner.name": "mirror_descent",
         "reward_combiner.options": "{rho: 1.0e-3, grad_param_pattern: 'layers\\.'}",
     })

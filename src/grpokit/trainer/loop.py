@@ -31,6 +31,7 @@ from grpokit.trainer import setup
 from grpokit.trainer.collect import collect_batch
 from grpokit.trainer.evaluation import evaluate_accuracy
 from grpokit.trainer.learner import Objective, accumulate_gradients, micro_batches, score_logprobs
+from grpokit.trainer.memory import release_free_memory, tune_malloc
 from grpokit.trainer.metrics import RunLogger
 from grpokit.trainer.progress import StepProgress
 from grpokit.trainer.verification import add_verification_rows
@@ -45,6 +46,7 @@ class Trainer:
         self.cfg = cfg
         if cfg.model.threads:
             torch.set_num_threads(cfg.model.threads)
+        tune_malloc()
         setup.seed_everything(cfg.train.seed)
         self.run_dir = Path(cfg.logging.output_dir)
         self.splits = setup.build_splits(cfg.data)
@@ -192,11 +194,13 @@ class Trainer:
             delim = self.tokenizer(algo.plan_delimiter, add_special_tokens=False).input_ids
             plan_mask = span_mask_through(batch.completion_ids, delim) * loss_mask
 
+        release_free_memory()  # the decode loop's freed blocks, before the learner's peak
         t1 = time.perf_counter()
         learn = self._learn(batch, adv, loss_mask, weights, rewards_all, dict(
             plan_mask=plan_mask, verif_mask=verif_mask, num_seqs=num_seqs,
         ))
         t_learn = time.perf_counter() - t1
+        release_free_memory()
         self.step += 1
         gen_tokens = float(solutions.completion_mask.sum())
         metrics = {
