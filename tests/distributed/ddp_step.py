@@ -38,7 +38,7 @@ def capture_step(*args, **kwargs):
 
 def capture_parts(batch, size):
     result = parts(batch, size)
-    rows.extend([r.start, r.stop] for r, _ in result)
+    rows.extend(sorted(r.tolist()) for r, _ in result)
     capture_parts.batch = batch
     return result
 

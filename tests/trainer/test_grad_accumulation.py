@@ -70,3 +70,21 @@ def test_entropy_band_regulariser_is_micro_batch_invariant(rollout):
     full, acc = band_grads(8), band_grads(1)
     assert full.abs().max() > 0  # zero advantage: the gradient is the band penalty's alone
     torch.testing.assert_close(acc, full, atol=1e-6, rtol=1e-5)
+
+
+def test_micro_batches_sort_rows_by_length_inside_groups():
+    """Rows of similar length share a micro-batch (less padding); groups stay contiguous and in order."""
+    from grpokit.rollout.types import RolloutBatch
+    from grpokit.trainer.learner import micro_batches
+
+    lengths = [5, 1, 4, 2, 3, 3, 1, 6]
+    mask = torch.tensor([[1] * n + [0] * (6 - n) for n in lengths])
+    b = RolloutBatch(
+        prompt_ids=torch.ones(8, 2, dtype=torch.long), prompt_mask=torch.ones(8, 2, dtype=torch.long),
+        completion_ids=torch.ones(8, 6, dtype=torch.long), completion_mask=mask,
+        group_ids=torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]), sampling_logp=torch.zeros(8, 6),
+        truncated=torch.zeros(8, dtype=torch.bool), prompts=["p"] * 8, completions=["c"] * 8, rows=[{}] * 8,
+    )
+    parts = micro_batches(b, 2)
+    assert [r.tolist() for r, _ in parts] == [[1, 3], [2, 0], [6, 4], [5, 7]]
+    assert [mb.completion_ids.shape[1] for _, mb in parts] == [2, 5, 3, 6]  # unsorted: 5, 4, 3, 6

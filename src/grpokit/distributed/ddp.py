@@ -42,7 +42,7 @@ from rich.console import Console
 
 from grpokit.config.schema import DistributedConfig
 from grpokit.rollout.types import RolloutBatch
-from grpokit.trainer.learner import trim
+from grpokit.trainer.learner import micro_batches
 from grpokit.trainer.metrics import RunLogger
 
 log = logging.getLogger(__name__)
@@ -70,14 +70,13 @@ def group_slices(group_ids: torch.Tensor, world_size: int) -> list[slice]:
     return [slice(cuts[r], cuts[r + 1]) for r in range(world_size)]
 
 
-def rank_micro_batches(batch: RolloutBatch, size: int, rows: slice) -> list[tuple[slice, RolloutBatch]]:
-    """``(slice into the full batch, trimmed micro-batch)`` pairs covering ``rows`` in steps of ``size``.
+def rank_micro_batches(batch: RolloutBatch, size: int, rows: slice) -> list[tuple[torch.Tensor, RolloutBatch]]:
+    """``(row indices into the full batch, trimmed micro-batch)`` pairs covering ``rows`` in steps of ``size``.
 
-    Same shape as :func:`grpokit.trainer.learner.micro_batches`, whose result it equals when
-    ``rows`` is the whole batch; no slice reaches past ``rows.stop``.
+    :func:`grpokit.trainer.learner.micro_batches` restricted to ``rows``; it equals that function's
+    result when ``rows`` is the whole batch, and no index leaves ``rows``.
     """
-    starts = range(rows.start, rows.stop, size)
-    return [(slice(s, min(s + size, rows.stop)), trim(batch.select(slice(s, min(s + size, rows.stop))))) for s in starts]
+    return micro_batches(batch, size, rows)
 
 
 def resolve_backend(name: str, model: torch.nn.Module) -> str:

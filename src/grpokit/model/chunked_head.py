@@ -50,20 +50,19 @@ class _HeadLogprob(torch.autograd.Function):
         grad_h = torch.empty_like(hidden) if need_h else None
         grad_w = torch.zeros_like(weight) if need_w else None
         for s in range(0, hidden.shape[0], chunk):
-            h = hidden[s : s + chunk]
-            z = (h @ weight.t()) * inv_temp
-            logp_all = z - lse[s : s + chunk, None]
-            p = logp_all.exp()
-            if g_logp is not None:
-                gz = p * (-g_logp[s : s + chunk, None])  # (onehot - p) * g, the onehot part below
-                gz.scatter_add_(-1, targets[s : s + chunk, None], g_logp[s : s + chunk, None])
-            else:
-                gz = torch.zeros_like(z)
-            if g_ent is not None:
-                gz -= p * (logp_all + ent[s : s + chunk, None]) * g_ent[s : s + chunk, None]
-            gz *= inv_temp
+            h, e = hidden[s : s + chunk], min(s + chunk, hidden.shape[0])
+            z = (h @ weight.t()).mul_(inv_temp)  # [c, V]; at most two such blocks live below
+            g = g_logp[s:e, None] if g_logp is not None else torch.zeros_like(lse[s:e, None])
+            scale = None
+            if g_ent is not None:  # dH/dz = -p (log p + H): fold into one factor with the logp term
+                scale = (z - lse[s:e, None]).add_(ent[s:e, None]).mul_(g_ent[s:e, None]).add_(g)
+            gz = z.sub_(lse[s:e, None]).exp_()  # p, in place
+            gz.mul_(scale if scale is not None else g).neg_()  # -p * (g_logp [+ (log p + H) g_ent])
+            del scale
+            gz.scatter_add_(-1, targets[s:e, None], g)  # + onehot(y) * g_logp
+            gz.mul_(inv_temp)
             if need_h:
-                grad_h[s : s + chunk] = gz @ weight
+                grad_h[s:e] = gz @ weight
             if need_w:
                 grad_w.addmm_(gz.t(), h)
         return grad_h, grad_w, None, None, None, None
@@ -77,7 +76,7 @@ def head_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     entropy_grad: bool = False,
-    chunk: int = 256,
+    chunk: int = 128,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """log softmax(h W^T / tau)[target] ``[N]`` and (optionally) the entropy ``[N]``.
 

@@ -51,8 +51,30 @@ def trim(batch: RolloutBatch) -> RolloutBatch:
     return batch
 
 
-def micro_batches(batch: RolloutBatch, size: int) -> list[tuple[slice, RolloutBatch]]:
-    return [(slice(s, s + size), trim(batch.select(slice(s, s + size)))) for s in range(0, len(batch), size)]
+def length_sorted_rows(batch: RolloutBatch, rows: Optional[slice] = None) -> torch.Tensor:
+    """Row indices ``[n]`` of ``rows`` (default: all), groups in place, each group's rows by completion length.
+
+    Cutting this order into micro-batches puts rows of similar length together, so trimming
+    each micro-batch to its longest row leaves less padding, while a group's rows stay adjacent
+    (its prompt is still encoded once per micro-batch and whole-group micro-batches stay whole).
+    """
+    idx = torch.arange(len(batch))[rows if rows is not None else slice(None)]
+    _, run = torch.unique_consecutive(batch.group_ids[idx], return_inverse=True)  # groups are contiguous runs
+    key = run * (batch.completion_mask.shape[1] + 1) + batch.completion_mask[idx].sum(-1)
+    return idx[torch.sort(key, stable=True).indices]
+
+
+def micro_batches(
+    batch: RolloutBatch, size: int, rows: Optional[slice] = None
+) -> list[tuple[torch.Tensor, RolloutBatch]]:
+    """``(row indices into the batch [b], trimmed micro-batch)`` pairs of ``size`` rows covering ``rows``.
+
+    Rows are length-sorted inside their group first (:func:`length_sorted_rows`): padding-free
+    packing's cheap half, fewer pad columns per micro-batch at the same gradient (the loss of
+    each row is normalised by whole-batch counts, so the order of accumulation is irrelevant).
+    """
+    order = length_sorted_rows(batch, rows)
+    return [(order[s : s + size], trim(batch.select(order[s : s + size]))) for s in range(0, len(order), size)]
 
 
 @torch.no_grad()
