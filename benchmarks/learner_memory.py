@@ -129,7 +129,7 @@ def main() -> None:
             results.append(r)
             print(f"T={length:5d} {mode:9s} extra {r['extra_mib']:8.0f} MiB  peak {r['peak_mib']:8.0f} MiB  {r['seconds']:6.1f} s",
                   file=sys.stderr, flush=True)
-    print(f"| T | mode | learner extra MiB | peak RSS MiB | s | extra / logits |")
+    print("| T | mode | learner extra MiB | peak RSS MiB | s | extra / logits |")
     print("|---|---|---|---|---|---|")
     base = {r["T"]: r["extra_mib"] for r in results if r["mode"] == "logits"}
     for r in results:

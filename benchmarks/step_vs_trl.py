@@ -64,7 +64,7 @@ log = logging.getLogger("step_vs_trl")
 
 # ---------------------------------------------------------------------------- shared helpers
 def _grpokit_config(spec: dict, steps: int, max_new_tokens: int, output_dir: str, micro_batch: int = MICRO_BATCH,
-                    fixed_length: bool = True):
+                    fixed_length: bool = True, checkpointing: bool = False):
     from grpokit.config import load_config
 
     overrides = [
@@ -74,6 +74,7 @@ def _grpokit_config(spec: dict, steps: int, max_new_tokens: int, output_dir: str
         f"rollout.group_size={GROUP_SIZE}",
         f"train.micro_batch_size={micro_batch}",
         f"rollout.min_new_tokens={max_new_tokens if fixed_length else 0}",
+        f"train.activation_checkpointing={'true' if checkpointing else 'false'}",
         f"train.steps={steps}",
         "train.max_minutes=0",
         "eval.before=false",
@@ -116,7 +117,7 @@ def child_grpokit(name: str, warmup: int, steps: int, max_new_tokens: int, a: ar
 
     spec = CONFIGS[name]
     with tempfile.TemporaryDirectory(prefix="bench-grpokit-") as tmp:
-        cfg = _grpokit_config(spec, warmup + steps, max_new_tokens, tmp, a.micro_batch, not a.eos_stops)
+        cfg = _grpokit_config(spec, warmup + steps, max_new_tokens, tmp, a.micro_batch, not a.eos_stops, a.checkpointing)
         t0 = time.perf_counter()
         trainer = Trainer(cfg)
         setup_s = time.perf_counter() - t0
@@ -291,7 +292,8 @@ def matmul_gflops(n: int = 2048, reps: int = 5) -> float:
 def run_child(side: str, name: str, a: argparse.Namespace) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--_child", side, "--configs", name, "--steps", str(a.steps),
            "--warmup", str(a.warmup), "--max-new-tokens", str(a.max_new_tokens), "--micro-batch", str(a.micro_batch),
-           "--trl-micro-batch", str(a.trl_micro_batch)] + (["--eos-stops"] if a.eos_stops else [])
+           "--trl-micro-batch", str(a.trl_micro_batch)] + (["--eos-stops"] if a.eos_stops else []) + \
+        (["--checkpointing"] if a.checkpointing else [])
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     log.info("running %s %s ...", side, name)
     t = time.perf_counter()
@@ -344,6 +346,8 @@ def main() -> None:
     p.add_argument("--micro-batch", type=int, default=MICRO_BATCH, help="grpokit train.micro_batch_size")
     p.add_argument("--trl-micro-batch", type=int, default=TRL_MICRO_BATCH, help="TRL per_device_train_batch_size (divides 32)")
     p.add_argument("--eos-stops", action="store_true", help="completions may end at EOS (default: exactly --max-new-tokens)")
+    p.add_argument("--checkpointing", action="store_true",
+                   help="grpokit train.activation_checkpointing=true (TRL checkpoints by default)")
     p.add_argument("--_child", choices=["grpokit", "trl"], help=argparse.SUPPRESS)
     a = p.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s",
@@ -401,7 +405,8 @@ def main() -> None:
     print(f"fp32 matmul rate: {rate:.1f} GFLOP/s (2048^3, {torch.get_num_threads()} threads); N = {stats['n_params']:.0f}; "
           f"mean prompt {stats['prompt_tokens_mean']:.1f} tokens; {PROMPTS_PER_STEP} prompts x {GROUP_SIZE} completions, "
           f"max {a.max_new_tokens} new tokens ({'EOS allowed' if a.eos_stops else 'every completion exactly that long'}); "
-          f"micro-batch grpokit {a.micro_batch} / TRL {a.trl_micro_batch}; {a.warmup} warm-up + {a.steps} timed steps per run")
+          f"micro-batch grpokit {a.micro_batch} / TRL {a.trl_micro_batch}; activation checkpointing grpokit "
+          f"{'on' if a.checkpointing else 'off'} / TRL on; {a.warmup} warm-up + {a.steps} timed steps per run")
     if rows and rows[0][2] is not None:
         print(f"TRL generation/learning split: {rows[0][2]['split']}")
     geo = lambda xs: math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")  # noqa: E731

@@ -68,3 +68,34 @@ def test_hidden_state_path_equals_logits_path(monkeypatch, share):
     plain = run()
     for a, c in zip(fused, plain):
         torch.testing.assert_close(a, c, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_activation_checkpointing_gives_the_same_values_and_grads(share, monkeypatch):
+    """Per-layer checkpointing over the read-only prompt cache: same log-probs and gradients."""
+    model, b = _batch(seed=6)
+    model.train()
+    layer_cls, calls = type(model.get_decoder().layers[0]), []
+    original = layer_cls.forward
+
+    def counting(self, *a, **k):
+        calls.append(1)
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(layer_cls, "forward", counting)
+    args = (b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask)
+    weights = torch.randn(b.completion_ids.shape)
+
+    def run(checkpoint):
+        model.zero_grad(set_to_none=True)
+        logp, _ = completion_logprobs(model, *args, group_ids=b.group_ids, share_prompt=share, checkpoint=checkpoint)
+        (logp * weights).sum().backward()
+        return logp.detach(), torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    plain = run(False)
+    n_plain = len(calls)
+    ckpt = run(True)
+    assert len(calls) - n_plain > n_plain  # the layers ran again in the backward pass (recomputation)
+    for a, c in zip(ckpt, plain):
+        torch.testing.assert_close(a, c, atol=1e-5, rtol=1e-5)
+    assert all("forward" not in vars(layer) for layer in model.get_decoder().layers)  # wrappers removed

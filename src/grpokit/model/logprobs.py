@@ -19,10 +19,12 @@ chunked over the sequence.
 from __future__ import annotations
 
 import inspect
+from contextlib import nullcontext
 from typing import Optional
 
 import torch
 
+from grpokit.model.checkpointing import PrefixCache, checkpointed_layers
 from grpokit.model.chunked_head import head_logprobs
 
 
@@ -126,8 +128,13 @@ def _completion_hidden_shared(
     completion_ids: torch.Tensor,
     completion_mask: torch.Tensor,
     group_ids: torch.Tensor,
+    checkpoint: bool = False,
 ) -> torch.Tensor:
-    """Final hidden states ``[B, T, H]`` that predict each completion token, each prompt encoded once."""
+    """Final hidden states ``[B, T, H]`` that predict each completion token, each prompt encoded once.
+
+    ``checkpoint``: the completion forward (not the small prompt forward, which writes the cache)
+    runs with per-layer activation checkpointing over a read-only :class:`PrefixCache`.
+    """
     first, inverse = _first_row_of_each_group(group_ids)
     p_ids, p_mask = prompt_ids[first], prompt_mask[first]  # [n, P]
     p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
@@ -139,10 +146,13 @@ def _completion_hidden_shared(
     cache.reorder_cache(inverse)  # differentiable expansion [n, ...] -> [B, ...]
     attention = torch.cat([prompt_mask, completion_mask[:, :-1]], dim=1)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, prompt_ids.shape[1] :]
-    rest = decoder(
-        input_ids=completion_ids[:, :-1], attention_mask=attention, position_ids=positions,
-        use_cache=True, **{cache_kwarg(decoder): cache},
-    ).last_hidden_state  # [B, T-1, H]
+    if checkpoint:
+        cache = PrefixCache.of(cache)
+    with checkpointed_layers(decoder) if checkpoint else nullcontext():
+        rest = decoder(
+            input_ids=completion_ids[:, :-1], attention_mask=attention, position_ids=positions,
+            use_cache=True, **{cache_kwarg(decoder): cache},
+        ).last_hidden_state  # [B, T-1, H]
     return torch.cat([first_hidden, rest], dim=1)
 
 
@@ -152,12 +162,14 @@ def _completion_hidden_full(
     prompt_mask: torch.Tensor,
     completion_ids: torch.Tensor,
     completion_mask: torch.Tensor,
+    checkpoint: bool = False,
 ) -> torch.Tensor:
     """Final hidden states ``[B, T, H]`` from one forward over ``[prompt; completion]`` per row."""
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention = torch.cat([prompt_mask, completion_mask], dim=1)
     position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
-    out = decoder(input_ids=input_ids, attention_mask=attention, position_ids=position_ids, use_cache=False)
+    with checkpointed_layers(decoder) if checkpoint else nullcontext():
+        out = decoder(input_ids=input_ids, attention_mask=attention, position_ids=position_ids, use_cache=False)
     p, t = prompt_ids.shape[1], completion_ids.shape[1]
     return out.last_hidden_state[:, p - 1 : p + t - 1]
 
@@ -215,6 +227,7 @@ def completion_logprobs(
     with_entropy: bool = False,
     entropy_grad: bool = False,
     fused_head: bool = True,
+    checkpoint: bool = False,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """log pi(o_t | q, o_<t) for every completion token, ``[B, T]`` (and entropy ``[B, T]``).
 
@@ -222,19 +235,25 @@ def completion_logprobs(
     right-padded; group_ids: [B] rows with equal ids share the same prompt. Position ids follow
     the attention mask, as in generation, so the learner scores exactly what the sampler
     produced. Logits are divided by ``temperature``. ``fused_head=False`` forces the logits path
-    (full ``[B, T, V]`` logits; the memory benchmark's baseline).
+    (full ``[B, T, V]`` logits; the memory benchmark's baseline). ``checkpoint`` recomputes each
+    decoder layer in the backward pass instead of storing its activations
+    (:mod:`grpokit.model.checkpointing`; needs the hidden-state path).
     """
     parts = decoder_and_head(model) if fused_head else None
     if parts is not None:
         decoder, weight = parts
         if share_prompt and group_ids is not None:
-            hidden = _completion_hidden_shared(decoder, prompt_ids, prompt_mask, completion_ids, completion_mask, group_ids)
+            hidden = _completion_hidden_shared(
+                decoder, prompt_ids, prompt_mask, completion_ids, completion_mask, group_ids, checkpoint
+            )
         else:
-            hidden = _completion_hidden_full(decoder, prompt_ids, prompt_mask, completion_ids, completion_mask)
+            hidden = _completion_hidden_full(decoder, prompt_ids, prompt_mask, completion_ids, completion_mask, checkpoint)
         return masked_head_logprobs(
             hidden, weight, completion_ids, completion_mask, temperature=temperature,
             with_entropy=with_entropy, entropy_grad=entropy_grad,
         )
+    if checkpoint:
+        raise ValueError("train.activation_checkpointing needs a model whose LM head is a plain linear map: set it to false")
     if share_prompt and group_ids is not None:
         logits = _completion_logits_shared(model, prompt_ids, prompt_mask, completion_ids, completion_mask, group_ids)
     else:

@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 
 from grpokit.model.logprobs import cache_kwarg, output_cache
-from grpokit.rollout.types import RolloutBatch, SamplingParams
+from grpokit.rollout.types import RolloutBatch, SamplingParams, group_batch
 
 
 def completion_mask_from_eos(completion_ids: torch.Tensor, eos_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -142,20 +142,5 @@ class HFBackend:
         width = int(mask.sum(-1).max().clamp(min=1))
         completion_ids, mask = completion_ids[:, :width], mask[:, :width]
         sampling_logp, entropy = sampling_logp[:, :width] * mask, entropy[:, :width] * mask
-        group_ids = torch.arange(len(prompt_texts)).repeat_interleave(group_size)
-        completions = self.tokenizer.batch_decode(
-            [ids[m.bool()] for ids, m in zip(completion_ids, mask)], skip_special_tokens=True
-        )
-        return RolloutBatch(
-            prompt_ids=enc.input_ids.repeat_interleave(group_size, 0),
-            prompt_mask=enc.attention_mask.repeat_interleave(group_size, 0),
-            completion_ids=completion_ids,
-            completion_mask=mask,
-            group_ids=group_ids,
-            sampling_logp=sampling_logp,
-            truncated=truncated,
-            entropy=entropy,
-            prompts=[rows[g]["prompt"] for g in group_ids.tolist()],
-            completions=completions,
-            rows=[rows[g] for g in group_ids.tolist()],
-        )
+        return group_batch(self.tokenizer, enc.input_ids, enc.attention_mask, rows, group_size,
+                           completion_ids, mask, sampling_logp, truncated, entropy)

@@ -74,6 +74,40 @@ class SamplingParams:
     min_new_tokens: int = 0  # EOS is masked out of the sampling distribution before this many tokens
 
 
+def group_batch(
+    tokenizer: Any,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    rows: list[dict[str, Any]],
+    group_size: int,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    sampling_logp: torch.Tensor,
+    truncated: torch.Tensor,
+    entropy: Optional[torch.Tensor] = None,
+) -> RolloutBatch:
+    """A prompt-major RolloutBatch from per-prompt ``[n, P]`` prompts and per-row ``[n*G, T]`` completions.
+
+    Every backend ends here: prompts repeated G times, group ids, decoded completion texts (the
+    masked tokens, special tokens skipped) and each row's data row.
+    """
+    group_ids = torch.arange(prompt_ids.shape[0]).repeat_interleave(group_size)
+    texts = tokenizer.batch_decode([ids[m.bool()] for ids, m in zip(completion_ids, completion_mask)], skip_special_tokens=True)
+    return RolloutBatch(
+        prompt_ids=prompt_ids.repeat_interleave(group_size, 0),
+        prompt_mask=prompt_mask.repeat_interleave(group_size, 0),
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        group_ids=group_ids,
+        sampling_logp=sampling_logp,
+        truncated=truncated,
+        entropy=entropy,
+        prompts=[rows[g]["prompt"] for g in group_ids.tolist()],
+        completions=texts,
+        rows=[rows[g] for g in group_ids.tolist()],
+    )
+
+
 class GenerationBackend(Protocol):
     """Anything that samples G completions per prompt and returns a RolloutBatch."""
 

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator, Optional
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from grpokit.rollout.types import RolloutBatch, SamplingParams
+from grpokit.rollout.types import RolloutBatch, SamplingParams, group_batch
 
 INSTALL_HINT = "rollout.backend=vllm needs vLLM: pip install 'grpokit[vllm]' (GPU), or set rollout.backend=hf"
 
@@ -162,18 +162,5 @@ class VLLMBackend:
             if c.logprobs is not None:
                 sampling_logp[i, :n] = torch.tensor([step[t].logprob for step, t in zip(c.logprobs, c.token_ids)])
         truncated = torch.tensor([c.finish_reason == "length" for c in samples])
-        group_ids = torch.arange(len(prompt_texts)).repeat_interleave(group_size)
-        completions = self.tokenizer.batch_decode([ids[m.bool()] for ids, m in zip(completion_ids, mask)], skip_special_tokens=True)
-        return RolloutBatch(
-            prompt_ids=enc.input_ids.repeat_interleave(group_size, 0),
-            prompt_mask=enc.attention_mask.repeat_interleave(group_size, 0),
-            completion_ids=completion_ids,
-            completion_mask=mask,
-            group_ids=group_ids,
-            sampling_logp=sampling_logp,
-            truncated=truncated,
-            entropy=None,
-            prompts=[rows[g]["prompt"] for g in group_ids.tolist()],
-            completions=completions,
-            rows=[rows[g] for g in group_ids.tolist()],
-        )
+        return group_batch(self.tokenizer, enc.input_ids, enc.attention_mask, rows, group_size,
+                           completion_ids, mask, sampling_logp, truncated)

@@ -36,6 +36,7 @@ class Objective:
     entropy_band_coef: float = 0.0
     entropy_band_quantiles: tuple = (0.1, 0.5)
     sequence_chunk: int = 0  # StreamBP: > 0 backprops each micro-batch in chunks of this many tokens
+    activation_checkpointing: bool = False  # recompute decoder layers in the backward pass
 
 
 def trim(batch: RolloutBatch) -> RolloutBatch:
@@ -141,7 +142,7 @@ def accumulate_gradients(
         else:
             logp, entropy = completion_logprobs(
                 model, *tensors, group_ids=mb.group_ids, temperature=temperature,
-                with_entropy=want_entropy, entropy_grad=entropy_grad,
+                with_entropy=want_entropy, entropy_grad=entropy_grad, checkpoint=objective.activation_checkpointing,
             )
         inp = LossInputs(
             logp=logp,

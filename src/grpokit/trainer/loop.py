@@ -109,6 +109,7 @@ class Trainer:
             entropy_band_quantiles=tuple(algo.entropy_band_quantiles),
             max_len=cfg.rollout.max_new_tokens,
             sequence_chunk=cfg.train.sequence_chunk,
+            activation_checkpointing=cfg.train.activation_checkpointing,
         )
         self.step = 0
         self._step_start = None
