@@ -82,7 +82,7 @@ def decoder_and_head(model: torch.nn.Module) -> Optional[tuple[torch.nn.Module, 
     return decoder, head.weight
 
 
-def _first_row_of_each_group(group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def first_row_of_each_group(group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(row index of each distinct group's first row ``[n]``, group position of every row ``[B]``)."""
     uniq, inverse = torch.unique(group_ids, return_inverse=True)
     first = torch.full((len(uniq),), len(group_ids), dtype=torch.long)
@@ -99,7 +99,7 @@ def _completion_logits_shared(
     group_ids: torch.Tensor,
 ) -> torch.Tensor:
     """Logits ``[B, T, V]`` predicting each completion token, encoding each prompt once."""
-    first, inverse = _first_row_of_each_group(group_ids)
+    first, inverse = first_row_of_each_group(group_ids)
     p_ids, p_mask = prompt_ids[first], prompt_mask[first]  # [n, P]
     p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
     key = cache_kwarg(model)
@@ -135,7 +135,7 @@ def _completion_hidden_shared(
     ``checkpoint``: the completion forward (not the small prompt forward, which writes the cache)
     runs with per-layer activation checkpointing over a read-only :class:`PrefixCache`.
     """
-    first, inverse = _first_row_of_each_group(group_ids)
+    first, inverse = first_row_of_each_group(group_ids)
     p_ids, p_mask = prompt_ids[first], prompt_mask[first]  # [n, P]
     p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
     out = decoder(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True)

@@ -31,7 +31,7 @@ from typing import Optional
 import torch
 
 from grpokit.model.logprobs import (
-    _first_row_of_each_group,
+    first_row_of_each_group,
     cache_kwarg,
     decoder_and_head,
     masked_head_logprobs,
@@ -95,7 +95,7 @@ def streamed_forward(
     """Phase 1: log-probs ``[B, T]`` (entropies ``[B, T]``) chunk by chunk, and the KV cache."""
     decoder, weight = _parts(model)
     b, t = completion_ids.shape
-    first, inverse = _first_row_of_each_group(_group_ids(group_ids, b))
+    first, inverse = first_row_of_each_group(_group_ids(group_ids, b))
     out = _prompt_forward(decoder, prompt_ids, prompt_mask, first)
     first_hidden = out.last_hidden_state[inverse, -1:]  # [B, 1, H]
     logps, ents = [], []
