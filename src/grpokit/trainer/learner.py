@@ -19,7 +19,6 @@ from grpokit.algos.objective import grpo_objective
 from grpokit.model.logprobs import completion_logprobs
 from grpokit.model.streambp import streamed_backward, streamed_forward
 from grpokit.rollout.types import RolloutBatch
-from grpokit.trainer.memory import release_free_memory
 
 
 @dataclass
@@ -185,7 +184,6 @@ def accumulate_gradients(
             g_logp = grads[0] if grads[0] is not None else torch.zeros_like(logp)
             g_ent = grads[1] if len(grads) > 1 else None
             streamed_backward(model, *tensors, g_logp, stream, grad_entropy=g_ent, temperature=temperature)
-        release_free_memory()  # freed activations back to the OS: the next micro-batch starts from live memory
         w = float(mask.sum())
         weight_sum += w
         totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
