@@ -89,6 +89,7 @@ class RolloutConfig:
     top_p: float = opt(1.0, "nucleus sampling mass", gt=0, le=1)
     top_k: int = opt(0, "top-k sampling (0 = off)", ge=0)
     min_new_tokens: int = opt(0, "EOS is not allowed before this many tokens (0 = off); benchmarks use it to fix the work per step", ge=0)
+    fused_decode: bool = opt(True, "hf backend: decode Llama/Mistral/Qwen2 models with fused, prepacked projections and a static KV cache (false = the transformers forward every step)")
     backend: str = opt("hf", "generation backend: 'hf' (transformers, in-process) or 'vllm' (extra [vllm], GPU)", choices=["hf", "vllm"])
     backend_options: dict = opt({}, "keyword arguments of the generation backend (vllm: e.g. gpu_memory_utilization)")
 

@@ -62,7 +62,7 @@ class RolloutWorker:
             p.requires_grad_(False)
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.backend = HFBackend(model, tokenizer)
+        self.backend = HFBackend(model, tokenizer, fused_decode=cfg.rollout.fused_decode)
         self.receiver = WeightReceiver(model, get=ray.get)
         self.board = board
         self.worker_id = worker_id

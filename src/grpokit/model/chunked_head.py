@@ -22,6 +22,8 @@ from typing import Optional
 
 import torch
 
+from grpokit.model.packed_linear import PackedLinear
+
 
 class _HeadLogprob(torch.autograd.Function):
     @staticmethod
@@ -30,8 +32,9 @@ class _HeadLogprob(torch.autograd.Function):
         logp = hidden.new_empty(n)
         lse = hidden.new_empty(n)
         ent = hidden.new_zeros(n)
+        head = PackedLinear(weight, None, chunk)  # oneDNN's layout: ~2x MKL's rate for [c, H] x [H, V] on CPU
         for s in range(0, n, chunk):
-            z = (hidden[s : s + chunk] @ weight.t()) * inv_temp  # [c, V]
+            z = head(hidden[s : s + chunk]).mul_(inv_temp)  # [c, V]
             l = torch.logsumexp(z, dim=-1)
             lse[s : s + chunk] = l
             logp[s : s + chunk] = z.gather(-1, targets[s : s + chunk, None]).squeeze(-1) - l
@@ -49,9 +52,10 @@ class _HeadLogprob(torch.autograd.Function):
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_h = torch.empty_like(hidden) if need_h else None
         grad_w = torch.zeros_like(weight) if need_w else None
+        head = PackedLinear(weight, None, chunk)  # packed again rather than kept: 113 MB for a 49k x 576 head
         for s in range(0, hidden.shape[0], chunk):
             h, e = hidden[s : s + chunk], min(s + chunk, hidden.shape[0])
-            z = (h @ weight.t()).mul_(inv_temp)  # [c, V]; at most two such blocks live below
+            z = head(h).mul_(inv_temp)  # [c, V]; at most two such blocks live below
             g = g_logp[s:e, None] if g_logp is not None else torch.zeros_like(lse[s:e, None])
             scale = None
             if g_ent is not None:  # dH/dz = -p (log p + H): fold into one factor with the logp term

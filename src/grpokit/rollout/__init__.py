@@ -24,7 +24,7 @@ def make_backend(cfg: RolloutConfig, model: torch.nn.Module, tokenizer: Any, *, 
     if cfg.backend == "hf":
         if cfg.backend_options:
             raise ValueError(f"rollout.backend_options {sorted(cfg.backend_options)} are for rollout.backend=vllm; remove them")
-        return HFBackend(model, tokenizer)
+        return HFBackend(model, tokenizer, fused_decode=cfg.fused_decode)
     from grpokit.rollout.vllm import VLLMBackend, import_vllm
 
     import_vllm()  # without vLLM, the install hint comes first

@@ -13,6 +13,7 @@ from typing import Optional
 import torch
 
 from grpokit.model.logprobs import cache_kwarg, output_cache
+from grpokit.rollout.fused_decode import FusedDecoder
 from grpokit.rollout.types import RolloutBatch, SamplingParams, group_batch
 
 
@@ -81,11 +82,22 @@ def next_tokens(
 
 
 class HFBackend:
-    """GenerationBackend over a transformers causal LM and its tokenizer."""
+    """GenerationBackend over a transformers causal LM and its tokenizer.
 
-    def __init__(self, model: torch.nn.Module, tokenizer) -> None:
+    ``fused_decode`` (default): decode steps of supported models (Llama, Mistral, Qwen2, with or
+    without LoRA) run through :class:`~grpokit.rollout.fused_decode.FusedDecoder` (fused,
+    prepacked projections and a static KV cache); other models, or ``fused_decode=False``, run
+    the transformers forward every step. The prompt prefill always uses the transformers forward.
+    """
+
+    # Finished rows stay in the fused decoder's batch (their tokens are ignored) until this
+    # fraction of it has finished; compacting copies the whole KV cache.
+    COMPACT_FRACTION = 0.125
+
+    def __init__(self, model: torch.nn.Module, tokenizer, fused_decode: bool = True) -> None:
         self.model = model
         self.tokenizer = tokenizer
+        self.fused_decode = fused_decode
         eos = getattr(model.generation_config, "eos_token_id", None)
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos_ids = list(eos) if isinstance(eos, (list, tuple)) else [eos]
@@ -97,32 +109,41 @@ class HFBackend:
         model, key = self.model, cache_kwarg(self.model)
         n = input_ids.shape[0]
         b = n * group_size
+        fused = FusedDecoder.build(model, rows_hint=b) if self.fused_decode else None
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1)
         cache = output_cache(out)
         expand = torch.arange(n).repeat_interleave(group_size)
-        if group_size > 1:
-            cache.reorder_cache(expand)
         logits = out.logits[expand, -1]  # [B, V]
+        if fused is not None:
+            fused.start(cache, attention, expand, params.max_new_tokens)
+            cache = out = None
+        elif group_size > 1:
+            cache.reorder_cache(expand)
         attention, next_pos = attention[expand], positions[expand, -1] + 1
         tokens = torch.full((b, params.max_new_tokens), self.pad_id, dtype=torch.long)
         logps = torch.zeros(b, params.max_new_tokens)
         entropies = torch.zeros(b, params.max_new_tokens)
-        active = torch.arange(b)  # rows still generating, in cache order
+        rows = torch.arange(b)  # the output row of every batch row, in cache order
+        live = torch.ones(b, dtype=torch.bool)  # batch rows still generating
         eos = torch.tensor(self.eos_ids)
         for t in range(params.max_new_tokens):
             tok, lp, ent = next_tokens(logits, params, banned=eos if t < params.min_new_tokens else None)
-            tokens[active, t], logps[active, t], entropies[active, t] = tok, lp, ent
-            alive = ~torch.isin(tok, eos)
-            if t == params.max_new_tokens - 1 or not bool(alive.any()):
+            tokens[rows[live], t], logps[rows[live], t], entropies[rows[live], t] = tok[live], lp[live], ent[live]
+            live = live & ~torch.isin(tok, eos)
+            if t == params.max_new_tokens - 1 or not bool(live.any()):
                 break
-            if not bool(alive.all()):  # drop finished rows from the batch and the cache
-                keep = alive.nonzero().squeeze(-1)
-                cache.reorder_cache(keep)
-                active, tok, attention, next_pos = active[keep], tok[keep], attention[keep], next_pos[keep]
-            attention = torch.cat([attention, torch.ones(len(active), 1, dtype=attention.dtype)], dim=1)
-            out = model(input_ids=tok.unsqueeze(-1), attention_mask=attention, position_ids=next_pos.unsqueeze(-1), use_cache=True, **{key: cache})
-            logits = out.logits[:, -1]
+            finished = len(live) - int(live.sum())
+            if finished and (fused is None or finished >= self.COMPACT_FRACTION * len(live)):
+                keep = live.nonzero().squeeze(-1)  # drop finished rows from the batch and the cache
+                fused.keep_rows(keep) if fused is not None else cache.reorder_cache(keep)
+                rows, live, tok, attention, next_pos = rows[keep], live[keep], tok[keep], attention[keep], next_pos[keep]
+            if fused is not None:
+                logits = fused.step(tok, next_pos)
+            else:
+                attention = torch.cat([attention, torch.ones(len(tok), 1, dtype=attention.dtype)], dim=1)
+                out = model(input_ids=tok.unsqueeze(-1), attention_mask=attention, position_ids=next_pos.unsqueeze(-1), use_cache=True, **{key: cache})
+                logits = out.logits[:, -1]
             next_pos = next_pos + 1
         return tokens, logps, entropies
 
