@@ -134,6 +134,11 @@ def ppo_clip_loss(
     return loss, metrics
 
 
+# Trainer hook: a token with advantage 0 has loss 0 and gradient exactly 0 at every ratio, so the
+# learner may leave rows whose advantages are all 0 out of the forward/backward (same gradient).
+ppo_clip_loss.zero_advantage_zero_gradient = True  # type: ignore[attr-defined]
+
+
 # Variants register into POLICY_LOSSES on import; keep these imports last (they import this module).
 import grpokit.algos.losses_extra  # noqa: E402,F401
 import grpokit.algos.reg_grpo  # noqa: E402,F401

@@ -196,6 +196,7 @@ class TrainConfig:
     max_minutes: float = opt(0.0, "stop training after this many wall-clock minutes (0 = no limit); the run still checkpoints and evaluates", ge=0)
     micro_batch_size: int = opt(8, "completions per forward/backward (gradient accumulation)", ge=1)
     activation_checkpointing: bool = opt(False, "recompute each decoder layer in the backward instead of storing its activations (+1/3 learner FLOPs, a fraction of the memory); keeps the shared-prompt cache")
+    skip_zero_advantage: bool = opt(True, "leave rows whose advantages are all 0 out of the forward/backward when that is exactly the same update (ppo_clip, beta = 0, no entropy terms, one learner)")
     sequence_chunk: int = opt(0, "StreamBP: backprop each micro-batch in chunks of this many completion tokens, exact gradients, less activation memory (0 = off)", ge=0)
     seed: int = opt(0, "seed of sampling and initialisation")
     reward_timeout_s: float = opt(120.0, "a reward call that takes longer fails, named in the error (0 = no limit)", ge=0)

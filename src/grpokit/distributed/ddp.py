@@ -117,9 +117,16 @@ class Learners:
         """Rank 0's ``value`` on every rank (e.g. whether the time budget is spent)."""
         return self.on_main(lambda: value)
 
-    def parts(self, batch: RolloutBatch, size: int) -> list[tuple[slice, RolloutBatch]]:
-        """This rank's micro-batches: its slice of whole groups, in steps of ``size`` rows."""
+    def parts(self, batch: RolloutBatch, size: int, keep: Optional[torch.Tensor] = None) -> list[tuple[slice, RolloutBatch]]:
+        """This rank's micro-batches: its slice of whole groups, in steps of ``size`` rows.
+
+        ``keep`` ([B] bool, single process only): the rows to learn from; the others are left out.
+        """
+        if keep is not None and self.distributed:
+            raise ValueError("Learners.parts: row selection is not supported with several learners")
         rows = group_slices(batch.group_ids, self.world_size)[self.rank] if self.distributed else slice(0, len(batch))
+        if keep is not None:
+            rows = keep.nonzero().squeeze(-1)
         return rank_micro_batches(batch, size, rows)
 
     def all_sum(self, value: float) -> float:

@@ -52,8 +52,8 @@ def trim(batch: RolloutBatch) -> RolloutBatch:
     return batch
 
 
-def length_sorted_rows(batch: RolloutBatch, rows: Optional[slice] = None) -> torch.Tensor:
-    """Row indices ``[n]`` of ``rows`` (default: all), groups in place, each group's rows by completion length.
+def length_sorted_rows(batch: RolloutBatch, rows: Optional[slice | torch.Tensor] = None) -> torch.Tensor:
+    """Row indices ``[n]`` of ``rows`` (a slice or increasing indices; default: all), groups in place, each group's rows by completion length.
 
     Cutting this order into micro-batches puts rows of similar length together, so trimming
     each micro-batch to its longest row leaves less padding, while a group's rows stay adjacent
@@ -66,7 +66,7 @@ def length_sorted_rows(batch: RolloutBatch, rows: Optional[slice] = None) -> tor
 
 
 def micro_batches(
-    batch: RolloutBatch, size: int, rows: Optional[slice] = None
+    batch: RolloutBatch, size: int, rows: Optional[slice | torch.Tensor] = None
 ) -> list[tuple[torch.Tensor, RolloutBatch]]:
     """``(row indices into the batch [b], trimmed micro-batch)`` pairs of ``size`` rows covering ``rows``.
 
@@ -123,7 +123,7 @@ def accumulate_gradients(
     num_seqs = num_seqs if num_seqs is not None else float(len(adv))
     num_tokens = float(loss_mask.sum().clamp(min=1))
     total_forks = float(((token_weights * loss_mask) > 0).sum().clamp(min=1)) if token_weights is not None else 1.0
-    totals: dict[str, float] = {}
+    totals: dict[str, float] = {"loss": 0.0}  # 0 when every row was left out (all advantages 0)
     weight_sum = 0.0
     for k, (rows, mb) in enumerate(parts):
         t = mb.completion_ids.shape[1]

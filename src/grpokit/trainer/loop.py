@@ -240,7 +240,8 @@ class Trainer:
         """
         cfg, algo = self.cfg, self.cfg.algorithm
         self.model.train()
-        parts = self.learners.parts(batch, cfg.train.micro_batch_size)  # all of it, or this rank's whole groups
+        keep = self._rows_with_gradient(adv, loss_mask, weights)
+        parts = self.learners.parts(batch, cfg.train.micro_batch_size, keep)  # all of it, or this rank's whole groups
         temperature = self.logprob_temperature
         old = score_logprobs(self.model, parts, temperature) if algo.num_iterations > 1 else None
         if algo.ref_sync_every and self.step % algo.ref_sync_every == 0 and self.ref_model is not None:
@@ -265,8 +266,38 @@ class Trainer:
                 constraint_kl=constraint_kl, **extra,
             )
             learn = self.learners.reduce_metrics(learn, parts, loss_mask)
+            if not parts:  # every advantage was 0: the gradient is 0, and AdamW still steps on it
+                for p in self.model.parameters():
+                    if p.requires_grad and p.grad is None:
+                        p.grad = torch.zeros_like(p)
             learn["grad_norm"] = self._optimizer_step()
+        if keep is not None:
+            learn["learn/skipped_rows"] = 1.0 - float(keep.float().mean())
         return learn
+
+    def _rows_with_gradient(self, adv: torch.Tensor, loss_mask: torch.Tensor, weights) -> Optional[torch.Tensor]:
+        """``[B]`` bool of rows that can have a gradient, or None to learn from every row.
+
+        With a policy loss whose gradient is exactly 0 where the advantage is 0
+        (``zero_advantage_zero_gradient``), no KL or entropy term and one learner process, a row
+        whose advantages are all 0 (or that has no loss token) adds nothing to the gradient; its
+        forward and backward are skipped. The loss is still normalised by the whole batch, so the
+        update is the same; only the token-averaged metrics (clip fractions, entropy) then cover
+        the learned rows. Common late in training, when whole groups are solved.
+        """
+        algo = self.cfg.algorithm
+        if not (self.cfg.train.skip_zero_advantage and getattr(self.policy_loss, "zero_advantage_zero_gradient", False)):
+            return None
+        if self.needs_ref or algo.beta > 0 or algo.entropy_coef > 0 or algo.entropy_band_coef > 0 or self.teacher is not None:
+            return None
+        if self.learners.distributed:
+            return None
+        token_adv = adv if adv.dim() == 2 else adv[:, None].expand_as(loss_mask)
+        live = (token_adv != 0) & (loss_mask > 0)
+        if weights is not None:
+            live &= weights[:, : live.shape[1]] != 0
+        keep = live.any(-1)
+        return None if bool(keep.all()) else keep
 
     def _advantages(self, rewards: torch.Tensor, group_ids: torch.Tensor, **inputs: Any):
         """(adv [B], metrics) from the configured estimator and its options."""
