@@ -143,8 +143,8 @@ class FusedDecoder:
         return cls(model, decoder, layers, PackedLinear(head[0], head[1], rows_hint), eps)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """RMSNorm as transformers' LlamaRMSNorm: ``w * x / sqrt(mean(x^2) + eps)``."""
-        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+        """RMSNorm as transformers' LlamaRMSNorm: ``w * x / sqrt(mean(x^2) + eps)`` (one fused kernel)."""
+        return F.rms_norm(x, weight.shape, weight, self.eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits ``[B, V]`` from last hidden states ``[B, H]`` (before the final norm).

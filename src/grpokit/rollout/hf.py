@@ -65,7 +65,8 @@ def next_tokens(
     """
     scale = 1.0 if params.greedy else params.temperature
     tempered = torch.log_softmax(logits.float() / scale, dim=-1)
-    entropy = -(tempered.exp() * tempered).sum(-1)
+    probs = tempered.exp()
+    entropy = -(probs * tempered).sum(-1)
     logp = tempered
     if params.greedy:
         if banned is not None:
@@ -77,7 +78,8 @@ def next_tokens(
             if banned is not None:
                 shaped = shaped.index_fill(-1, banned, float("-inf"))
             logp = torch.log_softmax(shaped, dim=-1)
-        tok = sample_categorical(logp.exp())
+            probs = logp.exp()
+        tok = sample_categorical(probs)
     return tok, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1), entropy
 
 
