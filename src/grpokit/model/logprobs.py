@@ -90,6 +90,40 @@ def first_row_of_each_group(group_ids: torch.Tensor) -> tuple[torch.Tensor, torc
     return first, inverse
 
 
+class PromptStage:
+    """The shared prompt's forward graph, back-propagated after the completions' (two-stage backward).
+
+    A weight used by both the prompt forward and the completion forward has one gradient buffer in
+    autograd's engine, flushed into ``.grad`` only after its last use in backward order -- the
+    prompt, the earliest op. So during a single backward a second full set of weight gradients
+    (0.5 GiB at 135M parameters) stays alive next to ``.grad``. Cutting the graph at the prompt's
+    outputs (its KV cache and last hidden state, made leaves with :meth:`cut`) lets the
+    completions' backward accumulate into ``.grad`` layer by layer; :meth:`backward` then
+    back-propagates the prompt's graph from the gradients that reached the cut points. The
+    gradient is the same (chain rule at the cut); measured peak RSS -0.55 GiB at 16 x 64 tokens.
+    """
+
+    def __init__(self) -> None:
+        self.roots: list[torch.Tensor] = []
+        self.leaves: list[torch.Tensor] = []
+
+    def cut(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A leaf standing in for ``tensor`` in the completions' graph (``tensor`` itself without grad)."""
+        if not tensor.requires_grad:
+            return tensor
+        leaf = tensor.detach().requires_grad_()
+        self.roots.append(tensor)
+        self.leaves.append(leaf)
+        return leaf
+
+    def backward(self) -> None:
+        """Back-propagate the prompt's graph from the cut points' gradients (after ``loss.backward()``)."""
+        pairs = [(root, leaf.grad) for root, leaf in zip(self.roots, self.leaves) if leaf.grad is not None]
+        self.roots, self.leaves = [], []
+        if pairs:
+            torch.autograd.backward([r for r, _ in pairs], [g for _, g in pairs])
+
+
 def _completion_logits_shared(
     model: torch.nn.Module,
     prompt_ids: torch.Tensor,
@@ -129,20 +163,27 @@ def _completion_hidden_shared(
     completion_mask: torch.Tensor,
     group_ids: torch.Tensor,
     checkpoint: bool = False,
+    prompt_stage: Optional[PromptStage] = None,
 ) -> torch.Tensor:
     """Final hidden states ``[B, T, H]`` that predict each completion token, each prompt encoded once.
 
     ``checkpoint``: the completion forward (not the small prompt forward, which writes the cache)
     runs with per-layer activation checkpointing over a read-only :class:`PrefixCache`.
+    ``prompt_stage``: cut the graph after the prompt forward; the caller runs
+    ``prompt_stage.backward()`` after its own backward (:class:`PromptStage`).
     """
     first, inverse = first_row_of_each_group(group_ids)
     p_ids, p_mask = prompt_ids[first], prompt_mask[first]  # [n, P]
     p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
     out = decoder(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True)
-    first_hidden = out.last_hidden_state[inverse, -1:]  # [B, 1, H]: predicts completion token 0
+    cut = prompt_stage.cut if prompt_stage is not None and torch.is_grad_enabled() else (lambda t: t)
+    first_hidden = cut(out.last_hidden_state[:, -1:])[inverse]  # [B, 1, H]: predicts completion token 0
     if completion_ids.shape[1] == 1:
         return first_hidden
     cache = output_cache(out)
+    for layer in cache.layers:
+        layer.keys, layer.values = cut(layer.keys), cut(layer.values)
+    del out
     cache.reorder_cache(inverse)  # differentiable expansion [n, ...] -> [B, ...]
     attention = torch.cat([prompt_mask, completion_mask[:, :-1]], dim=1)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, prompt_ids.shape[1] :]
@@ -228,6 +269,7 @@ def completion_logprobs(
     entropy_grad: bool = False,
     fused_head: bool = True,
     checkpoint: bool = False,
+    prompt_stage: Optional[PromptStage] = None,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """log pi(o_t | q, o_<t) for every completion token, ``[B, T]`` (and entropy ``[B, T]``).
 
@@ -237,14 +279,16 @@ def completion_logprobs(
     produced. Logits are divided by ``temperature``. ``fused_head=False`` forces the logits path
     (full ``[B, T, V]`` logits; the memory benchmark's baseline). ``checkpoint`` recomputes each
     decoder layer in the backward pass instead of storing its activations
-    (:mod:`grpokit.model.checkpointing`; needs the hidden-state path).
+    (:mod:`grpokit.model.checkpointing`; needs the hidden-state path). ``prompt_stage``
+    (shared-prompt hidden-state path): two-stage backward, see :class:`PromptStage`; the caller
+    must call its ``backward()`` after back-propagating the loss.
     """
     parts = decoder_and_head(model) if fused_head else None
     if parts is not None:
         decoder, weight = parts
         if share_prompt and group_ids is not None:
             hidden = _completion_hidden_shared(
-                decoder, prompt_ids, prompt_mask, completion_ids, completion_mask, group_ids, checkpoint
+                decoder, prompt_ids, prompt_mask, completion_ids, completion_mask, group_ids, checkpoint, prompt_stage
             )
         else:
             hidden = _completion_hidden_full(decoder, prompt_ids, prompt_mask, completion_ids, completion_mask, checkpoint)

@@ -16,7 +16,7 @@ import torch
 
 from grpokit.algos.losses import LossInputs
 from grpokit.algos.objective import grpo_objective
-from grpokit.model.logprobs import completion_logprobs
+from grpokit.model.logprobs import PromptStage, completion_logprobs
 from grpokit.model.streambp import streamed_backward, streamed_forward
 from grpokit.rollout.types import RolloutBatch
 
@@ -140,9 +140,11 @@ def accumulate_gradients(
             if entropy is not None and entropy_grad:
                 entropy.requires_grad_()
         else:
+            prompt_stage = PromptStage()  # the shared prompt's graph is back-propagated second
             logp, entropy = completion_logprobs(
                 model, *tensors, group_ids=mb.group_ids, temperature=temperature,
                 with_entropy=want_entropy, entropy_grad=entropy_grad, checkpoint=objective.activation_checkpointing,
+                prompt_stage=prompt_stage,
             )
         inp = LossInputs(
             logp=logp,
@@ -178,6 +180,7 @@ def accumulate_gradients(
             metrics.update(band_metrics)
         if stream is None:
             loss.backward()
+            prompt_stage.backward()
         else:  # StreamBP: dL/dlogp (and dL/dH) from the objective, then the model chunk by chunk
             leaves = [logp] + ([entropy] if entropy_grad and entropy is not None else [])
             grads = torch.autograd.grad(loss, leaves, allow_unused=True)

@@ -31,7 +31,7 @@ from grpokit.trainer import setup
 from grpokit.trainer.collect import collect_batch
 from grpokit.trainer.evaluation import evaluate_accuracy
 from grpokit.trainer.learner import Objective, accumulate_gradients, micro_batches, score_logprobs
-from grpokit.trainer.memory import release_free_memory, tune_malloc
+from grpokit.trainer.memory import allocate_gradients, release_free_memory, tune_malloc
 from grpokit.trainer.metrics import RunLogger
 from grpokit.trainer.progress import StepProgress
 from grpokit.trainer.verification import add_verification_rows
@@ -260,16 +260,13 @@ class Trainer:
                 diff = sum(float(((o - c) * loss_mask[r, : o.shape[1]]).sum()) for (r, _), o, c in zip(parts, old, current))
                 diff = self.learners.all_sum(diff)
                 constraint_kl = torch.tensor(diff / float(loss_mask.sum().clamp(min=1)))
+            allocate_gradients([p for p in self.model.parameters() if p.requires_grad])
             learn = accumulate_gradients(
                 self.model, parts, adv, loss_mask, self.objective, temperature=temperature,
                 old_logps=old, ref_logps=ref, teacher_logps=teacher, token_weights=weights, rewards=rewards,
                 constraint_kl=constraint_kl, **extra,
             )
             learn = self.learners.reduce_metrics(learn, parts, loss_mask)
-            if not parts:  # every advantage was 0: the gradient is 0, and AdamW still steps on it
-                for p in self.model.parameters():
-                    if p.requires_grad and p.grad is None:
-                        p.grad = torch.zeros_like(p)
             learn["grad_norm"] = self._optimizer_step()
         if keep is not None:
             learn["learn/skipped_rows"] = 1.0 - float(keep.float().mean())
