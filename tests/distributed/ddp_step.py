@@ -36,8 +36,8 @@ def capture_step(*args, **kwargs):
     return step(*args, **kwargs)
 
 
-def capture_parts(batch, size):
-    result = parts(batch, size)
+def capture_parts(batch, size, keep=None):
+    result = parts(batch, size, keep)
     rows.extend(sorted(r.tolist()) for r, _ in result)
     capture_parts.batch = batch
     return result

@@ -25,6 +25,7 @@ TRAIN = [
     "data.n_heldout=4", "rollout.group_size=4", "rollout.prompts_per_step=3", "rollout.max_new_tokens=6",
     "train.micro_batch_size=2", "train.steps=2", "optim.lr=0.001", "eval.before=false", "eval.after=false",
     'rewards=[{name: format_regex, kwargs: {pattern: "[a-m]"}}]', "eval.accuracy_reward=format_regex",
+    "train.skip_zero_advantage=false",  # one process would leave zero-advantage rows out of its entropy metric
 ]
 
 
