@@ -75,6 +75,9 @@ def test_span_mask_through_delimiter():
 
 def test_two_stage_prompt_backward_gives_the_same_gradients():
     """PromptStage cuts the graph after the shared prompt; prompt-first and prompt-last backward agree."""
+    from contextlib import nullcontext
+
+    from grpokit.model.grad_sinks import head_grad_in_place, in_place_embedding_grads
     from grpokit.model.logprobs import PromptStage
     from grpokit.trainer.memory import allocate_gradients
 
@@ -87,22 +90,26 @@ def test_two_stage_prompt_backward_gives_the_same_gradients():
     weights = torch.randn(b.completion_ids.shape)
     params = list(model.parameters())
 
-    def grads(two_stage, checkpoint, preallocate):
+    def grads(two_stage, checkpoint, preallocate, in_place=False):
         model.zero_grad(set_to_none=True)
         if preallocate:
             allocate_gradients(params)
         stage = PromptStage() if two_stage else None
-        logp, _ = completion_logprobs(model, *args, group_ids=b.group_ids, checkpoint=checkpoint, prompt_stage=stage)
-        (logp * weights).sum().backward()
-        if stage is not None:
-            assert len(stage.leaves) == 1 + 2 * model.config.num_hidden_layers  # last hidden + K/V per layer
-            stage.backward()
+        with in_place_embedding_grads(model) if in_place else nullcontext():
+            if in_place:
+                assert model.get_input_embeddings().sparse and head_grad_in_place(model.lm_head.weight)
+            logp, _ = completion_logprobs(model, *args, group_ids=b.group_ids, checkpoint=checkpoint, prompt_stage=stage)
+            (logp * weights).sum().backward()
+            if stage is not None:
+                assert len(stage.leaves) == 1 + 2 * model.config.num_hidden_layers  # last hidden + K/V per layer
+                stage.backward()
+        assert not model.get_input_embeddings().sparse
         return torch.cat([p.grad.flatten() for p in params])
 
     plain = grads(False, False, False)
-    assert plain.abs().max() > 0
-    for two_stage, checkpoint, preallocate in [(True, False, False), (True, True, False), (True, False, True)]:
-        torch.testing.assert_close(grads(two_stage, checkpoint, preallocate), plain, atol=1e-6, rtol=1e-5)
+    assert plain.abs().max() > 0 and model.lm_head.weight is model.get_input_embeddings().weight  # tied
+    for case in [(True, False, False), (True, True, False), (True, False, True), (True, False, True, True), (False, True, True, True)]:
+        torch.testing.assert_close(grads(*case), plain, atol=1e-6, rtol=1e-5)
     model.zero_grad(set_to_none=True)
     allocate_gradients(params)
     base = params[0].grad.untyped_storage().data_ptr()

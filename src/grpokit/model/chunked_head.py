@@ -22,6 +22,7 @@ from typing import Optional
 
 import torch
 
+from grpokit.model.grad_sinks import head_grad_in_place
 from grpokit.model.packed_linear import PackedLinear
 
 
@@ -51,7 +52,8 @@ class _HeadLogprob(torch.autograd.Function):
         inv_temp, chunk = ctx.inv_temp, ctx.chunk
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_h = torch.empty_like(hidden) if need_h else None
-        grad_w = torch.zeros_like(weight) if need_w else None
+        in_place = need_w and head_grad_in_place(weight)  # add into weight.grad, return None (grad_sinks)
+        grad_w = (weight.grad if in_place else torch.zeros_like(weight)) if need_w else None
         head = PackedLinear(weight, None, chunk)  # packed again rather than kept: 113 MB for a 49k x 576 head
         for s in range(0, hidden.shape[0], chunk):
             h, e = hidden[s : s + chunk], min(s + chunk, hidden.shape[0])
@@ -69,7 +71,7 @@ class _HeadLogprob(torch.autograd.Function):
                 grad_h[s:e] = gz @ weight
             if need_w:
                 grad_w.addmm_(gz.t(), h)
-        return grad_h, grad_w, None, None, None, None
+        return grad_h, (None if in_place else grad_w), None, None, None, None
 
 
 def head_logprobs(

@@ -16,6 +16,7 @@ import torch
 
 from grpokit.algos.losses import LossInputs
 from grpokit.algos.objective import grpo_objective
+from grpokit.model.grad_sinks import in_place_embedding_grads
 from grpokit.model.logprobs import PromptStage, completion_logprobs
 from grpokit.model.streambp import streamed_backward, streamed_forward
 from grpokit.rollout.types import RolloutBatch
@@ -126,73 +127,86 @@ def accumulate_gradients(
     totals: dict[str, float] = {"loss": 0.0}  # 0 when every row was left out (all advantages 0)
     weight_sum = 0.0
     for k, (rows, mb) in enumerate(parts):
-        t = mb.completion_ids.shape[1]
-        mask = loss_mask[rows, :t].to(torch.float32)
-        entropy_grad = objective.entropy_coef > 0 or objective.entropy_band_coef > 0
-        tensors = (mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask)
-        stream = None
-        if objective.sequence_chunk > 0:  # phase 1 of StreamBP: no-grad log-probs as leaves
-            logp, entropy, stream = streamed_forward(
-                model, *tensors, group_ids=mb.group_ids, chunk=objective.sequence_chunk,
-                temperature=temperature, with_entropy=want_entropy or entropy_grad,
+        with in_place_embedding_grads(model):
+            metrics, loss, w = _micro_batch(
+                model, k, rows, mb, adv, loss_mask, objective, temperature=temperature, old_logps=old_logps,
+                ref_logps=ref_logps, teacher_logps=teacher_logps, token_weights=token_weights, rewards=rewards,
+                plan_mask=plan_mask, constraint_kl=constraint_kl, verif_mask=verif_mask, num_seqs=num_seqs,
+                num_tokens=num_tokens, total_forks=total_forks, want_entropy=want_entropy,
             )
-            logp.requires_grad_()
-            if entropy is not None and entropy_grad:
-                entropy.requires_grad_()
-        else:
-            prompt_stage = PromptStage()  # the shared prompt's graph is back-propagated second
-            logp, entropy = completion_logprobs(
-                model, *tensors, group_ids=mb.group_ids, temperature=temperature,
-                with_entropy=want_entropy, entropy_grad=entropy_grad, checkpoint=objective.activation_checkpointing,
-                prompt_stage=prompt_stage,
-            )
-        inp = LossInputs(
-            logp=logp,
-            old_logp=old_logps[k] if old_logps is not None else logp.detach(),
-            adv=adv[rows],
-            mask=mask,
-            ref_logp=ref_logps[k] if ref_logps is not None else None,
-            entropy=entropy,
-            teacher_logp=teacher_logps[k] if teacher_logps is not None else None,
-            group_ids=mb.group_ids,
-            rewards=rewards[rows] if rewards is not None else None,
-            plan_mask=plan_mask[rows, :t].to(torch.float32) if plan_mask is not None else None,
-            constraint_kl=constraint_kl,
-            verif_mask=verif_mask[rows, :t].to(torch.float32) if verif_mask is not None else None,
-        )
-        loss, metrics = grpo_objective(
-            inp,
-            policy_loss=objective.policy_loss,
-            aggregate=objective.aggregate,
-            kl_estimator=objective.kl_estimator,
-            beta=objective.beta,
-            loss_options=objective.loss_options,
-            num_seqs=num_seqs,
-            num_tokens=num_tokens,
-            max_len=objective.max_len,
-            kl_options=objective.kl_options,
-            entropy_coef=objective.entropy_coef,
-            token_weights=token_weights[rows, :t] if token_weights is not None else None,
-        )
-        if objective.entropy_band_coef > 0 and entropy is not None and token_weights is not None:
-            band, band_metrics = _entropy_band(entropy, token_weights[rows, :t] * mask, objective, total_forks)
-            loss = loss + band
-            metrics.update(band_metrics)
-        if stream is None:
-            loss.backward()
-            prompt_stage.backward()
-        else:  # StreamBP: dL/dlogp (and dL/dH) from the objective, then the model chunk by chunk
-            leaves = [logp] + ([entropy] if entropy_grad and entropy is not None else [])
-            grads = torch.autograd.grad(loss, leaves, allow_unused=True)
-            g_logp = grads[0] if grads[0] is not None else torch.zeros_like(logp)
-            g_ent = grads[1] if len(grads) > 1 else None
-            streamed_backward(model, *tensors, g_logp, stream, grad_entropy=g_ent, temperature=temperature)
-        w = float(mask.sum())
         weight_sum += w
         totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
         for key, value in metrics.items():
             totals[key] = totals.get(key, 0.0) + float(value) * w
     return {k: (v if k == "loss" else v / max(weight_sum, 1.0)) for k, v in totals.items()}
+
+
+def _micro_batch(model, k, rows, mb, adv, loss_mask, objective, *, temperature, old_logps, ref_logps, teacher_logps,
+                 token_weights, rewards, plan_mask, constraint_kl, verif_mask, num_seqs, num_tokens, total_forks,
+                 want_entropy):
+    """Forward, objective and backward of micro-batch ``k``: (metrics, loss, its loss-token count)."""
+    t = mb.completion_ids.shape[1]
+    mask = loss_mask[rows, :t].to(torch.float32)
+    entropy_grad = objective.entropy_coef > 0 or objective.entropy_band_coef > 0
+    tensors = (mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask)
+    stream = None
+    if objective.sequence_chunk > 0:  # phase 1 of StreamBP: no-grad log-probs as leaves
+        logp, entropy, stream = streamed_forward(
+            model, *tensors, group_ids=mb.group_ids, chunk=objective.sequence_chunk,
+            temperature=temperature, with_entropy=want_entropy or entropy_grad,
+        )
+        logp.requires_grad_()
+        if entropy is not None and entropy_grad:
+            entropy.requires_grad_()
+    else:
+        prompt_stage = PromptStage()  # the shared prompt's graph is back-propagated second
+        logp, entropy = completion_logprobs(
+            model, *tensors, group_ids=mb.group_ids, temperature=temperature,
+            with_entropy=want_entropy, entropy_grad=entropy_grad, checkpoint=objective.activation_checkpointing,
+            prompt_stage=prompt_stage,
+        )
+    inp = LossInputs(
+        logp=logp,
+        old_logp=old_logps[k] if old_logps is not None else logp.detach(),
+        adv=adv[rows],
+        mask=mask,
+        ref_logp=ref_logps[k] if ref_logps is not None else None,
+        entropy=entropy,
+        teacher_logp=teacher_logps[k] if teacher_logps is not None else None,
+        group_ids=mb.group_ids,
+        rewards=rewards[rows] if rewards is not None else None,
+        plan_mask=plan_mask[rows, :t].to(torch.float32) if plan_mask is not None else None,
+        constraint_kl=constraint_kl,
+        verif_mask=verif_mask[rows, :t].to(torch.float32) if verif_mask is not None else None,
+    )
+    loss, metrics = grpo_objective(
+        inp,
+        policy_loss=objective.policy_loss,
+        aggregate=objective.aggregate,
+        kl_estimator=objective.kl_estimator,
+        beta=objective.beta,
+        loss_options=objective.loss_options,
+        num_seqs=num_seqs,
+        num_tokens=num_tokens,
+        max_len=objective.max_len,
+        kl_options=objective.kl_options,
+        entropy_coef=objective.entropy_coef,
+        token_weights=token_weights[rows, :t] if token_weights is not None else None,
+    )
+    if objective.entropy_band_coef > 0 and entropy is not None and token_weights is not None:
+        band, band_metrics = _entropy_band(entropy, token_weights[rows, :t] * mask, objective, total_forks)
+        loss = loss + band
+        metrics.update(band_metrics)
+    if stream is None:
+        loss.backward()
+        prompt_stage.backward()
+    else:  # StreamBP: dL/dlogp (and dL/dH) from the objective, then the model chunk by chunk
+        leaves = [logp] + ([entropy] if entropy_grad and entropy is not None else [])
+        grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+        g_logp = grads[0] if grads[0] is not None else torch.zeros_like(logp)
+        g_ent = grads[1] if len(grads) > 1 else None
+        streamed_backward(model, *tensors, g_logp, stream, grad_entropy=g_ent, temperature=temperature)
+    return metrics, loss, float(mask.sum())
 
 
 def _entropy_band(entropy: torch.Tensor, forks: torch.Tensor, objective: Objective, total_forks: float):
