@@ -114,3 +114,28 @@ def test_two_stage_prompt_backward_gives_the_same_gradients():
     allocate_gradients(params)
     base = params[0].grad.untyped_storage().data_ptr()
     assert all(p.grad.untyped_storage().data_ptr() == base for p in params)  # one flat block
+
+
+def test_two_stage_prompt_backward_replays_dropout():
+    from grpokit.model.logprobs import PromptStage
+
+    model, tok = tiny_model_and_tokenizer(seed=2)
+    rows = [{"prompt": "a"}, {"prompt": "a much longer prompt"}]
+    texts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False, add_generation_prompt=True) for r in rows]
+    b = HFBackend(model, tok).generate(texts, rows, 2, SamplingParams(max_new_tokens=5, temperature=1.0))
+    for layer in model.model.layers:
+        layer.self_attn.attention_dropout = 0.5
+    model.train()
+
+    def grads(two_stage):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(7)
+        stage = PromptStage() if two_stage else None
+        logp, _ = completion_logprobs(model, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask,
+                                      group_ids=b.group_ids, prompt_stage=stage)
+        logp.sum().backward()
+        if stage is not None:
+            stage.backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    torch.testing.assert_close(grads(True), grads(False), atol=1e-6, rtol=1e-5)
