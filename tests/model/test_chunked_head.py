@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+import grpokit.model.chunked_head as chunked_head
 import grpokit.model.logprobs as lp_mod
 from grpokit.model.chunked_head import head_logprobs
 from grpokit.model.logprobs import completion_logprobs
@@ -11,8 +12,10 @@ from grpokit.rollout.types import SamplingParams
 from grpokit.testing import tiny_model_and_tokenizer
 
 
+@pytest.mark.parametrize("vocab_slice", [12288, 16, 7])  # one slice / online log-sum-exp over 4 and 8 slices
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_head_logprobs_equal_full_softmax_values_and_grads(temperature):
+def test_head_logprobs_equal_full_softmax_values_and_grads(temperature, vocab_slice, monkeypatch):
+    monkeypatch.setattr(chunked_head, "VOCAB_SLICE", vocab_slice)
     torch.manual_seed(0)
     h = torch.randn(37, 8, dtype=torch.float64, requires_grad=True)
     w = torch.randn(50, 8, dtype=torch.float64, requires_grad=True)
