@@ -10,8 +10,11 @@ Same work on both sides: by default every completion is exactly ``--max-new-toke
 ``generation_kwargs.min_new_tokens``), so both sides sample, score and learn on the same number
 of tokens; without it the two sides' sampled lengths differ from step to step and the
 comparison measures luck as much as speed. Micro-batching is each side's own memory/speed knob
-(grpokit: ``--micro-batch``, default 16 — 2 gives ~0.63x TRL's peak RSS at ~1.4x grpokit's step time; TRL: ``per_device_train_batch_size`` = ``--trl-micro-batch``,
-default 16 with its default gradient checkpointing); it does not change the work or the update.
+(grpokit: ``--micro-batch``, default 16, with activation checkpointing unless ``--no-checkpointing``;
+TRL: ``per_device_train_batch_size`` = ``--trl-micro-batch``, default 16 with its default gradient
+checkpointing); it does not change the work or the update. grpokit leaves rows whose advantage is
+0 out of its learner (the update is provably the same; TRL computes them): the share is logged per
+step.
 
 Needs the ``bench`` extra (``pip install -e '.[bench]'``, i.e. ``trl``). Each (library, config)
 pair runs in its own child process, so the peak RSS reported (``ru_maxrss``) belongs to that run
@@ -133,10 +136,13 @@ def child_grpokit(name: str, warmup: int, steps: int, max_new_tokens: int, a: ar
                 "completion_len": m["completion_len/mean"],
                 "completion_max": m["completion_len/max"],
                 "warmup": i < warmup,
+                # rows left out of the learner because their advantage is 0 (identical update; TRL computes them)
+                "skipped_rows": m.get("learn/skipped_rows", 0.0),
             }
             records.append(rec)
-            log.info("grpokit %s step %d/%d%s: %.1fs (gen %.1fs, learn %.1fs, len %.1f)", name, i + 1, warmup + steps,
-                     " [warm-up]" if rec["warmup"] else "", wall, rec["gen_s"], rec["learn_s"], rec["completion_len"])
+            log.info("grpokit %s step %d/%d%s: %.1fs (gen %.1fs, learn %.1fs, len %.1f, zero-advantage rows skipped %.0f%%)",
+                     name, i + 1, warmup + steps, " [warm-up]" if rec["warmup"] else "", wall, rec["gen_s"], rec["learn_s"],
+                     rec["completion_len"], 100 * rec["skipped_rows"])
         trainer.logger.close()
     _finish({"side": "grpokit", "config": name, "setup_s": setup_s, "steps": records, "split": "grpokit metrics"})
 
@@ -293,7 +299,7 @@ def run_child(side: str, name: str, a: argparse.Namespace) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--_child", side, "--configs", name, "--steps", str(a.steps),
            "--warmup", str(a.warmup), "--max-new-tokens", str(a.max_new_tokens), "--micro-batch", str(a.micro_batch),
            "--trl-micro-batch", str(a.trl_micro_batch)] + (["--eos-stops"] if a.eos_stops else []) + \
-        (["--checkpointing"] if a.checkpointing else [])
+        (["--checkpointing"] if a.checkpointing else ["--no-checkpointing"])
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     log.info("running %s %s ...", side, name)
     t = time.perf_counter()
@@ -346,8 +352,8 @@ def main() -> None:
     p.add_argument("--micro-batch", type=int, default=MICRO_BATCH, help="grpokit train.micro_batch_size")
     p.add_argument("--trl-micro-batch", type=int, default=TRL_MICRO_BATCH, help="TRL per_device_train_batch_size (divides 32)")
     p.add_argument("--eos-stops", action="store_true", help="completions may end at EOS (default: exactly --max-new-tokens)")
-    p.add_argument("--checkpointing", action="store_true",
-                   help="grpokit train.activation_checkpointing=true (TRL checkpoints by default)")
+    p.add_argument("--checkpointing", action=argparse.BooleanOptionalAction, default=True,
+                   help="grpokit train.activation_checkpointing (default on, as TRL's gradient checkpointing; --no-checkpointing: faster, more memory)")
     p.add_argument("--_child", choices=["grpokit", "trl"], help=argparse.SUPPRESS)
     a = p.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s",
