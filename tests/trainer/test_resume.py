@@ -84,3 +84,13 @@ def test_ctrl_c_mid_step_saves_a_resumable_checkpoint(tiny_cfg, tmp_path, monkey
     for g, w in zip(got, want):
         for k in w:
             assert g[k] == pytest.approx(w[k], rel=1e-4, abs=1e-6), (g["step"], k)
+
+
+def test_a_fresh_run_in_a_used_folder_replaces_the_earlier_runs_logs(tiny_cfg, tmp_path):
+    cfg = tiny_cfg(**{"train.steps": 2, "logging.output_dir": str(tmp_path / "run"), "eval.before": True, "eval.after": True})
+    for _ in range(2):
+        Trainer(cfg, *tiny_model_and_tokenizer(seed=0)).train()
+    run = tmp_path / "run"
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    labels = [json.loads(line)["label"] for line in (run / "eval.jsonl").read_text().splitlines()]
+    assert steps == [1, 2] and labels == ["before", "after"]

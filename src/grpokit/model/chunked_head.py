@@ -13,7 +13,10 @@ gradients (StreamBP's treatment of the LM head, arXiv 2506.03077 §3)::
     dL/dh = (dL/dz / tau) W,   dL/dW = (dL/dz / tau)^T h
 
 Only the rows passed in are computed, so callers pass the real (unpadded) completion tokens:
-padding never reaches the head (padding-free packing for the head).
+padding never reaches the head (padding-free packing for the head). Both passes walk the
+vocabulary in slices of :data:`VOCAB_SLICE` rows, each copied once into oneDNN's packed layout
+(:mod:`grpokit.model.packed_linear`), so the largest temporaries are a 27 MB packed slice and
+``[chunk, slice]`` logit blocks; the forward combines the slices with an online log-sum-exp.
 """
 
 from __future__ import annotations

@@ -170,8 +170,8 @@ class FusedDecoder:
             vb[:, :, :n_prompt] = v[expand]
             self.keys.append(kb)
             self.values.append(vb)
-        bias = torch.zeros(len(expand), total, dtype=self.keys[0].dtype)
-        bias[:, :n_prompt].masked_fill_(prompt_mask[expand] == 0, float("-inf"))
+        bias = torch.zeros(len(expand), total, dtype=self.keys[0].dtype, device=self.keys[0].device)
+        bias[:, :n_prompt].masked_fill_(prompt_mask[expand].to(bias.device) == 0, float("-inf"))
         self.bias, self.length = bias, n_prompt
 
     def keep_rows(self, keep: torch.Tensor) -> None:

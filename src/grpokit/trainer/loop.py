@@ -495,6 +495,9 @@ class Trainer:
         self.elapsed = 0.0
         resumed = self.resume() if resume else False
         if self.learners.is_main:
+            if not resumed and (self.run_dir / "metrics.jsonl").exists():
+                log.warning("%s holds an earlier run's logs: replacing them (use --resume to continue that run)", self.run_dir)
+                self.logger.truncate_after(-1)
             (self.run_dir / "config.yaml").write_text(dump_yaml(cfg))
         before = self.evaluate("before") if cfg.eval.before and not resumed else None
         progress = StepProgress(cfg.train.steps, enabled=cfg.logging.progress and self.learners.is_main, start=self.step)

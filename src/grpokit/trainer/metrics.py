@@ -34,8 +34,8 @@ class RunLogger:
             f.write(json.dumps(record) + "\n")
 
     def truncate_after(self, step: int) -> None:
-        """Drop records of steps > ``step`` (a resumed run rewrites them)."""
-        for name in ("metrics.jsonl", "samples.jsonl"):
+        """Drop records of steps > ``step`` (a resumed run rewrites them; -1: a fresh run in a used folder)."""
+        for name in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):
             path = self.run_dir / name
             if path.exists():
                 keep = [l for l in path.read_text().splitlines() if l and json.loads(l).get("step", 0) <= step]
