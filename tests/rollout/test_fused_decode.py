@@ -16,7 +16,7 @@ SMALL = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_lay
 
 def _model(cls, cfg_cls, seed=0, **extra):
     torch.manual_seed(seed)
-    model = cls(cfg_cls(**SMALL, **extra)).eval()
+    model = cls(cfg_cls(**{**SMALL, **extra})).eval()
     with torch.no_grad():  # larger weights than the init's 0.02 std, so differences would show
         for p in model.parameters():
             p.mul_(8.0) if p.dim() == 2 else p.add_(0.1 * torch.randn_like(p))
@@ -59,13 +59,7 @@ def _compare_steps(model, steps=5):
     (Qwen2ForCausalLM, Qwen2Config, {}),  # q/k/v biases
 ])
 def test_fused_step_equals_transformers_forward(cls, cfg_cls, extra):
-    kwargs = {**SMALL, **extra}
-    torch.manual_seed(0)
-    model = cls(cfg_cls(**kwargs)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(8.0) if p.dim() == 2 else p.add_(0.1 * torch.randn_like(p))
-    assert _compare_steps(model) < 1e-4
+    assert _compare_steps(_model(cls, cfg_cls, **extra)) < 1e-4
 
 
 def test_fused_step_folds_lora_adapters_in():

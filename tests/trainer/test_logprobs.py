@@ -139,3 +139,14 @@ def test_two_stage_prompt_backward_replays_dropout():
         return torch.cat([p.grad.flatten() for p in model.parameters()])
 
     torch.testing.assert_close(grads(True), grads(False), atol=1e-6, rtol=1e-5)
+
+
+def test_allocate_gradients_gives_mixed_dtypes_their_own_zero_gradients():
+    from grpokit.trainer.memory import allocate_gradients
+
+    a, b, c = (torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2, dtype=torch.float64)),
+               torch.nn.Parameter(torch.ones(4)))
+    allocate_gradients([a, b, c])
+    assert a.grad.untyped_storage().nbytes() == 7 * 4  # one block of exactly a's and c's elements
+    assert a.grad.untyped_storage().data_ptr() == c.grad.untyped_storage().data_ptr()
+    assert b.grad.dtype == torch.float64 and float(a.grad.abs().sum() + b.grad.abs().sum() + c.grad.abs().sum()) == 0

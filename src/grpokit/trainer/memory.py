@@ -71,11 +71,13 @@ def allocate_gradients(params: list[torch.nn.Parameter]) -> None:
     missing = [p for p in params if p.requires_grad and p.grad is None]
     if not missing:
         return
-    flat = torch.zeros(sum(p.numel() for p in missing), dtype=missing[0].dtype, device=missing[0].device)
+    kind = (missing[0].dtype, missing[0].device)
+    blocked = [p for p in missing if (p.dtype, p.device) == kind]
+    flat = torch.zeros(sum(p.numel() for p in blocked), dtype=kind[0], device=kind[1])
     offset = 0
-    for p in missing:
-        if p.dtype != flat.dtype or p.device != flat.device:
-            p.grad = torch.zeros_like(p)
-            continue
+    for p in blocked:
         p.grad = flat[offset : offset + p.numel()].view_as(p)
         offset += p.numel()
+    for p in missing:  # another dtype or device (rare): a gradient of its own
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
