@@ -110,7 +110,10 @@ def _prompt_stats(cfg) -> dict[str, float]:
 
 
 def _finish(result: dict) -> None:
+    from grpokit.mkl_amd import active
+
     result["peak_rss_mib"] = _peak_rss_mib()
+    result["mkl_amd"] = active()
     print(RESULT_TAG + json.dumps(result), flush=True)
 
 
@@ -295,12 +298,35 @@ def matmul_gflops(n: int = 2048, reps: int = 5) -> float:
     return 2 * n**3 / best / 1e9
 
 
+def _mkl_amd_env(env: dict, on: bool) -> dict:
+    """``env`` with grpokit's MKL-on-AMD shim preloaded (as ``grpokit train`` does) when ``on`` and it applies here."""
+    from grpokit import mkl_amd
+
+    env = {k: v for k, v in env.items() if k != mkl_amd.ENV_DONE}
+    if not on or not mkl_amd.is_amd_cpu():
+        return env
+    lib = mkl_amd.shim_path()
+    return mkl_amd.preload_env(env, lib) if lib is not None else env
+
+
+def shimmed_matmul_gflops() -> float:
+    """The fp32 matmul rate in a child process with the MKL-on-AMD shim (nan where it does not apply)."""
+    env = _mkl_amd_env(dict(os.environ), True)
+    if env.get("LD_PRELOAD", "") == os.environ.get("LD_PRELOAD", ""):
+        return float("nan")
+    code = f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); " \
+           "from step_vs_trl import matmul_gflops; print(matmul_gflops())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    return float(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else float("nan")
+
+
 def run_child(side: str, name: str, a: argparse.Namespace) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--_child", side, "--configs", name, "--steps", str(a.steps),
            "--warmup", str(a.warmup), "--max-new-tokens", str(a.max_new_tokens), "--micro-batch", str(a.micro_batch),
            "--trl-micro-batch", str(a.trl_micro_batch)] + (["--eos-stops"] if a.eos_stops else []) + \
         (["--checkpointing"] if a.checkpointing else ["--no-checkpointing"])
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env = _mkl_amd_env(env, a.mkl_amd == "both" or (a.mkl_amd == "grpokit" and side == "grpokit"))
     log.info("running %s %s ...", side, name)
     t = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)  # stderr passes through
@@ -308,7 +334,8 @@ def run_child(side: str, name: str, a: argparse.Namespace) -> dict:
     if proc.returncode != 0 or not lines:
         raise SystemExit(f"{side} {name} failed (exit {proc.returncode}); stdout tail:\n{proc.stdout[-2000:]}")
     res = json.loads(lines[-1][len(RESULT_TAG):])
-    log.info("%s %s done in %.0fs (peak RSS %.0f MiB)", side, name, time.perf_counter() - t, res["peak_rss_mib"])
+    log.info("%s %s done in %.0fs (peak RSS %.0f MiB, MKL-on-AMD shim %s)", side, name, time.perf_counter() - t,
+             res["peak_rss_mib"], "on" if res.get("mkl_amd") else "off")
     return res
 
 
@@ -338,6 +365,28 @@ def summarise(res: dict, stats: dict, rate_gflops: float, beta: float) -> dict:
     }
 
 
+def floor_line(name: str, g: dict, t: dict | None, stats: dict, rate_gflops: float, beta: float, checkpointing: bool) -> str:
+    """The fewest seconds the step's exact fp32 work can take here: its matmul FLOPs at the measured matmul rate.
+
+    Generation 2·N per prompt and sampled token; learner 6·N per token (8·N when activation
+    checkpointing recomputes the forward), + 2·N per token for the reference when beta > 0.
+    Element-wise work, attention and memory traffic are free in this bound, so no real step
+    reaches it; TRL's s/step over it is the largest speedup any implementation doing the same
+    fp32 work could show on this machine.
+    """
+    n, p, c = stats["n_params"], stats["prompt_tokens_mean"], g["completion_len"]
+    seqs = PROMPTS_PER_STEP * GROUP_SIZE
+    gen = 2 * n * (PROMPTS_PER_STEP * p + seqs * c)
+    learn = (8 if checkpointing else 6) * n * (PROMPTS_PER_STEP * p + seqs * c) + (2 * n * seqs * (p + c) if beta > 0 else 0.0)
+    gen_s, learn_s = gen / (rate_gflops * 1e9), learn / (rate_gflops * 1e9)
+    line = (f"{name} floor (exact fp32 work at {rate_gflops:.1f} GFLOP/s, prompts encoded once per group, "
+            f"learner {'8' if checkpointing else '6'}·N per token): generation {gen_s:.1f} s + learning {learn_s:.1f} s "
+            f"= {gen_s + learn_s:.1f} s/step; grpokit reaches {(gen_s + learn_s) / g['step_s']:.0%} of it")
+    if t is not None:
+        line += f"; TRL's {t['step_s']:.1f} s allows at most speedup {t['step_s'] / (gen_s + learn_s):.2f}"
+    return line
+
+
 def fmt(x: float, digits: int = 1) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
@@ -354,6 +403,9 @@ def main() -> None:
     p.add_argument("--eos-stops", action="store_true", help="completions may end at EOS (default: exactly --max-new-tokens)")
     p.add_argument("--checkpointing", action=argparse.BooleanOptionalAction, default=True,
                    help="grpokit train.activation_checkpointing (default on, as TRL's gradient checkpointing; --no-checkpointing: faster, more memory)")
+    p.add_argument("--mkl-amd", choices=["grpokit", "both", "none"], default="grpokit",
+                   help="who runs with grpokit's MKL-on-AMD shim (MKL's AVX2 GEMMs on AMD CPUs; `grpokit train` "
+                        "enables it itself): grpokit only (default, what each library does out of the box), both, none")
     p.add_argument("--_child", choices=["grpokit", "trl"], help=argparse.SUPPRESS)
     a = p.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s",
@@ -370,8 +422,11 @@ def main() -> None:
 
     import torch
 
-    rate = matmul_gflops()
-    log.info("fp32 matmul (2048^3): %.1f GFLOP/s on %d torch threads", rate, torch.get_num_threads())
+    stock_rate = matmul_gflops()
+    shim_rate = shimmed_matmul_gflops()
+    rate = max(stock_rate, shim_rate) if not math.isnan(shim_rate) else stock_rate  # the machine's best: utilisation's denominator
+    log.info("fp32 matmul (2048^3): %.1f GFLOP/s on %d torch threads (%s GFLOP/s with the MKL-on-AMD shim)",
+             stock_rate, torch.get_num_threads(), fmt(shim_rate))
     with tempfile.TemporaryDirectory() as tmp:
         stats = _prompt_stats(_grpokit_config(CONFIGS[names[0]], 1, a.max_new_tokens, tmp))
     log.info("N = %.1fM parameters; mean prompt length %.1f tokens", stats["n_params"] / 1e6, stats["prompt_tokens_mean"])
@@ -408,13 +463,17 @@ def main() -> None:
     print()
     print("\n".join(out))
     print()
-    print(f"fp32 matmul rate: {rate:.1f} GFLOP/s (2048^3, {torch.get_num_threads()} threads); N = {stats['n_params']:.0f}; "
+    print(f"fp32 matmul rate: {stock_rate:.1f} GFLOP/s stock MKL, {fmt(shim_rate)} with the MKL-on-AMD shim "
+          f"(2048^3, {torch.get_num_threads()} threads; FLOP util is against {rate:.1f}); MKL-on-AMD shim for: {a.mkl_amd}; "
+          f"N = {stats['n_params']:.0f}; "
           f"mean prompt {stats['prompt_tokens_mean']:.1f} tokens; {PROMPTS_PER_STEP} prompts x {GROUP_SIZE} completions, "
           f"max {a.max_new_tokens} new tokens ({'EOS allowed' if a.eos_stops else 'every completion exactly that long'}); "
           f"micro-batch grpokit {a.micro_batch} / TRL {a.trl_micro_batch}; activation checkpointing grpokit "
           f"{'on' if a.checkpointing else 'off'} / TRL on; {a.warmup} warm-up + {a.steps} timed steps per run")
     if rows and rows[0][2] is not None:
         print(f"TRL generation/learning split: {rows[0][2]['split']}")
+    for name, g, t in rows:
+        print(floor_line(name, g, t, stats, rate, CONFIGS[name]["beta"], a.checkpointing))
     geo = lambda xs: math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")  # noqa: E731
     print(f"speedup={geo(speedups):.3f} memory_ratio={geo(mem_ratios):.3f}")
 

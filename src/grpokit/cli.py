@@ -14,6 +14,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 log = logging.getLogger("grpokit")
 
 
+HEAVY_COMMANDS = ("train", "demo", "eval", "rm")  # commands that run a model: worth MKL's AVX2 kernels
+
+
 class UserError(Exception):
     """A mistake the user can fix; printed as one line, exit code 2."""
 
@@ -151,9 +154,17 @@ COMMANDS = {"train": cmd_train, "demo": cmd_demo, "eval": cmd_eval, "list": cmd_
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    if argv is None and args.command in HEAVY_COMMANDS:
+        from grpokit.mkl_amd import reexec_with_shim
+
+        reexec_with_shim()  # MKL's AVX2 GEMMs on AMD CPUs: restarts this command once (GRPOKIT_MKL_AMD=0: off)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "transformers", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    from grpokit.mkl_amd import active
+
+    if active():
+        log.info("MKL uses its AVX2 kernels on this AMD CPU (LD_PRELOAD shim; GRPOKIT_MKL_AMD=0 turns it off)")
     from grpokit.config import ConfigError
 
     user_errors: tuple = (UserError, ConfigError, FileNotFoundError)
