@@ -28,6 +28,16 @@ def test_banned_tokens_get_zero_probability_and_entropy_stays_the_learners():
     torch.testing.assert_close(ent, -(tempered.exp() * tempered).sum(-1))  # finite, unbanned distribution
 
 
+def test_banned_sampling_draws_the_renormalised_distribution():
+    torch.manual_seed(0)
+    logits = torch.tensor([[1.0, 2.0, 0.5, 3.0, -1.0, 0.0]]).repeat(40000, 1)
+    tok, logp, _ = next_tokens(logits, SamplingParams(temperature=1.0), banned=torch.tensor([3]))
+    want = torch.softmax(logits[0].index_fill(0, torch.tensor([3]), float("-inf")), -1)
+    freq = torch.bincount(tok, minlength=6).float() / len(tok)
+    torch.testing.assert_close(freq, want, atol=0.01, rtol=0)
+    torch.testing.assert_close(logp, want.log()[tok])
+
+
 def test_min_new_tokens_forbids_early_eos():
     torch.manual_seed(0)
     model, tok = tiny_model_and_tokenizer(seed=1)

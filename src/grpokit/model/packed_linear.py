@@ -43,3 +43,9 @@ class PackedLinear:
         if self.onednn:
             return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.weight, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
+
+    def plus(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """``residual + x W^T + b`` in one kernel (oneDNN's binary post-op): a residual connection."""
+        if self.onednn:
+            return torch.ops.mkldnn._linear_pointwise.binary(x.contiguous(), residual.contiguous(), self.weight, self.bias, "add")
+        return F.linear(x, self.weight, self.bias).add_(residual)

@@ -79,9 +79,10 @@ class _Layer:
     down: PackedLinear
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def _swap_halves(x: torch.Tensor) -> torch.Tensor:
+    """``[x2, x1]`` for ``x = [x1, x2]`` split on the last dim (one copy, no negation)."""
+    *lead, d = x.shape
+    return x.view(*lead, 2, d // 2).flip(-2).view(*lead, d)
 
 
 class FusedDecoder:
@@ -185,21 +186,23 @@ class FusedDecoder:
         b, g, d, pos = len(tokens), self.n_heads // self.n_kv, self.head_dim, self.length
         h = self.decoder.embed_tokens(tokens)  # [B, H]
         cos, sin = self.decoder.rotary_emb(h.unsqueeze(1), positions.unsqueeze(1))  # [B, 1, d]
+        # rotate_half(x) * sin = [-x2, x1] * [s1, s2] = [x2, x1] * [-s1, s2]: the sign goes into sin once per step
+        sin = torch.cat((-sin[..., : d // 2], sin[..., d // 2 :]), dim=-1)
         q_width, kv_width = self.n_heads * d, self.n_kv * d
         bias = self.bias[:, None, None, : pos + 1]  # [B, 1, 1, L]
         n_qk = self.n_heads + self.n_kv
         for layer, keys, values in zip(self.layers, self.keys, self.values):
             qkv = layer.qkv(self._norm(h, layer.norm1))  # [B, (nh + 2 kv) d]
             qk = qkv[:, : q_width + kv_width].view(b, n_qk, d)
-            qk = qk * cos + _rotate_half(qk) * sin  # rotary on queries and keys at once
+            qk = torch.addcmul(qk * cos, _swap_halves(qk), sin)  # rotary on queries and keys at once
             keys[:, :, pos] = qk[:, self.n_heads :]
             values[:, :, pos] = qkv[:, q_width + kv_width :].view(b, self.n_kv, d)
             q = qk[:, : self.n_heads].view(b, self.n_kv, g, d)  # query heads j*g..j*g+g-1 read kv head j
             scores = torch.matmul(q, keys[:, :, : pos + 1].transpose(-1, -2)).mul_(self.scaling).add_(bias)
             attn = torch.matmul(torch.softmax(scores, dim=-1), values[:, :, : pos + 1])  # [B, kv, g, d]
-            h = h + layer.o(attn.reshape(b, q_width))
+            h = layer.o.plus(attn.reshape(b, q_width), h)  # h + o(attn), the residual added by the GEMM kernel
             gate, up = layer.gate_up(self._norm(h, layer.norm2)).chunk(2, dim=-1)
-            h = h + layer.down(F.silu(gate).mul_(up))
+            h = layer.down.plus(F.silu(gate).mul_(up), h)
         self.length = pos + 1
         return self.logits(h)
 
