@@ -189,7 +189,8 @@ class FusedDecoder:
         # rotate_half(x) * sin = [-x2, x1] * [s1, s2] = [x2, x1] * [-s1, s2]: the sign goes into sin once per step
         sin = torch.cat((-sin[..., : d // 2], sin[..., d // 2 :]), dim=-1)
         q_width, kv_width = self.n_heads * d, self.n_kv * d
-        bias = self.bias[:, None, None, : pos + 1]  # [B, 1, 1, L]
+        # [B * kv, 1, L]: each row's additive mask, repeated for its kv heads (attention runs as B * kv small GEMMs)
+        bias = self.bias[:, None, : pos + 1].expand(b, self.n_kv, pos + 1).reshape(b * self.n_kv, 1, pos + 1)
         n_qk = self.n_heads + self.n_kv
         for layer, keys, values in zip(self.layers, self.keys, self.values):
             qkv = layer.qkv(self._norm(h, layer.norm1))  # [B, (nh + 2 kv) d]
@@ -197,9 +198,10 @@ class FusedDecoder:
             qk = torch.addcmul(qk * cos, _swap_halves(qk), sin)  # rotary on queries and keys at once
             keys[:, :, pos] = qk[:, self.n_heads :]
             values[:, :, pos] = qkv[:, q_width + kv_width :].view(b, self.n_kv, d)
-            q = qk[:, : self.n_heads].view(b, self.n_kv, g, d)  # query heads j*g..j*g+g-1 read kv head j
-            scores = torch.matmul(q, keys[:, :, : pos + 1].transpose(-1, -2)).mul_(self.scaling).add_(bias)
-            attn = torch.matmul(torch.softmax(scores, dim=-1), values[:, :, : pos + 1])  # [B, kv, g, d]
+            q = qk[:, : self.n_heads].reshape(b * self.n_kv, g, d)  # query heads j*g..j*g+g-1 read kv head j
+            k = keys[:, :, : pos + 1].reshape(b * self.n_kv, pos + 1, d)  # views: the cache is [B, kv, L_max, d]
+            scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=self.scaling)  # [B * kv, g, L]
+            attn = torch.bmm(torch.softmax(scores, dim=-1), values[:, :, : pos + 1].reshape(b * self.n_kv, pos + 1, d))
             h = layer.o.plus(attn.reshape(b, q_width), h)  # h + o(attn), the residual added by the GEMM kernel
             gate, up = layer.gate_up(self._norm(h, layer.norm2)).chunk(2, dim=-1)
             h = layer.down.plus(F.silu(gate).mul_(up), h)
