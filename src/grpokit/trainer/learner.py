@@ -39,6 +39,27 @@ class Objective:
     sequence_chunk: int = 0  # StreamBP: > 0 backprops each micro-batch in chunks of this many tokens
     activation_checkpointing: bool = False  # recompute decoder layers in the backward pass
 
+    @classmethod
+    def from_config(cls, cfg, policy_loss: Callable) -> "Objective":
+        """The objective a run's ``Config`` names (registry lookups of aggregation and KL estimator)."""
+        from grpokit.registries import get_registry
+
+        algo = cfg.algorithm
+        return cls(
+            policy_loss=policy_loss,
+            aggregate=get_registry("aggregation").get(algo.aggregation),
+            kl_estimator=get_registry("kl").get(algo.kl) if algo.beta > 0 else None,
+            beta=algo.beta,
+            loss_options={"epsilon_low": algo.epsilon_low, "epsilon_high": algo.epsilon_high, "ratio": algo.ratio, **algo.loss_options},
+            kl_options={"clamp": algo.kl_clamp},
+            entropy_coef=algo.entropy_coef,
+            entropy_band_coef=algo.entropy_band_coef,
+            entropy_band_quantiles=tuple(algo.entropy_band_quantiles),
+            max_len=cfg.rollout.max_new_tokens,
+            sequence_chunk=cfg.train.sequence_chunk,
+            activation_checkpointing=cfg.train.activation_checkpointing,
+        )
+
 
 def trim(batch: RolloutBatch) -> RolloutBatch:
     """Drop prompt columns that are padding in every row and completion columns past the longest."""
@@ -64,6 +85,23 @@ def length_sorted_rows(batch: RolloutBatch, rows: Optional[slice | torch.Tensor]
     _, run = torch.unique_consecutive(batch.group_ids[idx], return_inverse=True)  # groups are contiguous runs
     key = run * (batch.completion_mask.shape[1] + 1) + batch.completion_mask[idx].sum(-1)
     return idx[torch.sort(key, stable=True).indices]
+
+
+def rows_with_gradient(adv: torch.Tensor, loss_mask: torch.Tensor, weights: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """``[B]`` bool of rows that can have a gradient under a loss that is 0 where the advantage is; None if all.
+
+    adv: [B] or [B, T]; loss_mask: [B, T]; weights: [B, >=T] token weights or None. A row whose
+    advantages are all 0 (or that has no weighted loss token) adds nothing to the gradient of
+    such a loss, so its forward and backward can be skipped. The loss is still normalised by the
+    whole batch, so the update is the same; only token-averaged metrics (clip fractions, entropy)
+    then cover the learned rows. Common late in training, when whole groups are solved.
+    """
+    token_adv = adv if adv.dim() == 2 else adv[:, None].expand_as(loss_mask)
+    live = (token_adv != 0) & (loss_mask > 0)
+    if weights is not None:
+        live &= weights[:, : live.shape[1]] != 0
+    keep = live.any(-1)
+    return None if bool(keep.all()) else keep
 
 
 def micro_batches(
@@ -221,3 +259,49 @@ def _entropy_band(entropy: torch.Tensor, forks: torch.Tensor, objective: Objecti
     penalty, metrics = entropy_band_penalty(entropy, forks, coef=objective.entropy_band_coef, low_q=low, high_q=high)
     n_local = float((forks > 0).sum().clamp(min=1))
     return penalty * (n_local / total_forks), metrics
+
+
+def objective_gradients(
+    model: torch.nn.Module,
+    parts: list[tuple[torch.Tensor, RolloutBatch]],
+    matrix: torch.Tensor,
+    options: dict,
+    *,
+    loss_mask: torch.Tensor,
+    advantages: Callable[[torch.Tensor], torch.Tensor],
+    objective: Objective,
+    temperature: float,
+    zero_grad: Callable[[], None],
+) -> torch.Tensor:
+    """``[K, P]``: the policy-loss gradient with each objective's own advantage (arXiv 2509.11452).
+
+    matrix: [B, K] per-objective rewards; loss_mask: [B, T]; advantages maps a [B] reward column
+    to [B] advantages.
+    Restricted to parameters whose name matches ``grad_param_pattern`` (default: the layers
+    from 1/3 to 5/6 of the depth, as the authors' 10-25 of 36) and to the first
+    ``grad_micro_batches`` micro-batches (K extra backward passes: the price of this combiner).
+    Gradients are cleared before and after.
+    """
+    import re
+
+    if "grad_param_pattern" in options:
+        pattern = re.compile(options["grad_param_pattern"])
+        keep = lambda name: bool(pattern.search(name))  # noqa: E731
+    else:  # the authors' layers 10-25 of 36, as a fraction of this model's depth
+        n_layers = getattr(model.config, "num_hidden_layers", 0)
+        chosen = {str(i) for i in range(n_layers // 3, (5 * n_layers) // 6 + 1)}
+        keep = lambda name: any(f"layers.{i}." in name for i in chosen)  # noqa: E731
+    params = [p for n, p in model.named_parameters() if p.requires_grad and keep(n)]
+    if not params:
+        raise ValueError("reward_combiner.options.grad_param_pattern matches no trainable parameter")
+    parts = parts[: int(options.get("grad_micro_batches", 1))]
+    grads = []
+    model.train()
+    for k in range(matrix.shape[1]):
+        adv = advantages(matrix[:, k])
+        zero_grad()
+        accumulate_gradients(model, parts, adv, loss_mask, objective,
+                             temperature=temperature, want_entropy=False)
+        grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params]))
+    zero_grad()
+    return torch.stack(grads)

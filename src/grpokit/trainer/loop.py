@@ -9,7 +9,6 @@ mu > 1, and are the detached current log-probs when mu = 1, where the ratio is e
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import time
 from pathlib import Path
@@ -25,16 +24,18 @@ from grpokit.distributed.ddp import SilentLogger, init_learners
 from grpokit.registries import get_registry
 from grpokit.rollout import make_backend
 from grpokit.rollout.hf import HFBackend
-from grpokit.rollout.types import SamplingParams, span_mask_through
+from grpokit.rollout.types import span_mask_through
 from grpokit.trainer import checkpoint as ckpt_io
 from grpokit.trainer import setup
 from grpokit.trainer.collect import collect_batch
 from grpokit.trainer.evaluation import evaluate_accuracy
-from grpokit.trainer.learner import Objective, accumulate_gradients, micro_batches, score_logprobs
+from grpokit.trainer.learner import (
+    Objective, accumulate_gradients, micro_batches, objective_gradients, rows_with_gradient, score_logprobs,
+)
 from grpokit.trainer.memory import allocate_gradients, release_free_memory, tune_malloc
-from grpokit.trainer.metrics import RunLogger
+from grpokit.trainer.metrics import RunLogger, reward_metrics, sample_records
 from grpokit.trainer.progress import StepProgress
-from grpokit.trainer.verification import add_verification_rows
+from grpokit.trainer.verification import verification_step
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,8 @@ class Trainer:
             )
         kl_needs = getattr(get_registry("kl").get(algo.kl), "needs", ("ref_logp",))
         self.needs_ref = (algo.beta > 0 and "ref_logp" in kl_needs) or "ref_logp" in needs
-        self.ref_model = self._reference_model()
-        self.teacher = self._teacher_model() if "teacher_logp" in needs else None
+        self.ref_model = setup.reference_model(self.model, cfg, self.needs_ref)
+        self.teacher = setup.teacher_model(cfg, self.tokenizer) if "teacher_logp" in needs else None
         if self.learners.is_main:
             self.backend = make_backend(cfg.rollout, self.model, self.tokenizer, seed=cfg.train.seed)
         else:  # only rank 0 samples; other learners keep an idle in-process backend for its pad / EOS ids
@@ -97,20 +98,7 @@ class Trainer:
         self.advantage_state = self._new_state(self.advantage_fn)
         self.logprob_temperature = cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0
         self.token_weights_fn = get_registry("token_weights").get(algo.token_weights)
-        self.objective = Objective(
-            policy_loss=self.policy_loss,
-            aggregate=get_registry("aggregation").get(algo.aggregation),
-            kl_estimator=get_registry("kl").get(algo.kl) if algo.beta > 0 else None,
-            beta=algo.beta,
-            loss_options={"epsilon_low": algo.epsilon_low, "epsilon_high": algo.epsilon_high, "ratio": algo.ratio, **algo.loss_options},
-            kl_options={"clamp": algo.kl_clamp},
-            entropy_coef=algo.entropy_coef,
-            entropy_band_coef=algo.entropy_band_coef,
-            entropy_band_quantiles=tuple(algo.entropy_band_quantiles),
-            max_len=cfg.rollout.max_new_tokens,
-            sequence_chunk=cfg.train.sequence_chunk,
-            activation_checkpointing=cfg.train.activation_checkpointing,
-        )
+        self.objective = Objective.from_config(cfg, self.policy_loss)
         self.step = 0
         self._step_start = None
         self.logger = RunLogger(self.run_dir, tensorboard=cfg.logging.tensorboard) if self.learners.is_main else SilentLogger()
@@ -120,30 +108,6 @@ class Trainer:
     def _new_state(fn: Any) -> Any:
         make_state = getattr(fn, "make_state", None)
         return make_state() if make_state is not None else None
-
-    def _reference_model(self) -> Optional[torch.nn.Module]:
-        """Frozen copy of the initial policy, only when beta > 0 (LoRA: the adapter is disabled instead)."""
-        if not self.needs_ref or hasattr(self.model, "peft_config"):
-            if self.cfg.algorithm.ref_sync_every and hasattr(self.model, "peft_config"):
-                raise ValueError("algorithm.ref_sync_every needs a full fine-tune: set model.lora.enabled=false")
-            return None
-        ref = copy.deepcopy(self.model).eval()
-        for p in ref.parameters():
-            p.requires_grad_(False)
-        return ref
-
-    def _teacher_model(self) -> torch.nn.Module:
-        """The frozen teacher of distillation losses; it must share the policy's vocabulary."""
-        if not self.cfg.model.teacher:
-            raise ValueError(f"algorithm.loss '{self.cfg.algorithm.loss}' needs a teacher: set model.teacher")
-        from grpokit.model.loading import load_model
-
-        teacher, tok = load_model(self.cfg.model.teacher, dtype=self.cfg.model.dtype)
-        if tok.get_vocab() != self.tokenizer.get_vocab():
-            raise ValueError(f"model.teacher '{self.cfg.model.teacher}' has a different tokenizer from the policy")
-        for p in teacher.parameters():
-            p.requires_grad_(False)
-        return teacher.eval()
 
     def _stateful(self) -> dict[str, Any]:
         """Algorithm parts with state that checkpoints must carry (drpo history, curricula, combiners)."""
@@ -205,7 +169,7 @@ class Trainer:
         self.step += 1
         gen_tokens = float(solutions.completion_mask.sum())
         metrics = {
-            **self._reward_metrics(scores),
+            **reward_metrics(scores, self._correct(scores)),
             **{k: float(v) for k, v in {**adv_metrics, **weight_metrics}.items()},
             **collect_metrics,
             **learn,
@@ -273,28 +237,13 @@ class Trainer:
         return learn
 
     def _rows_with_gradient(self, adv: torch.Tensor, loss_mask: torch.Tensor, weights) -> Optional[torch.Tensor]:
-        """``[B]`` bool of rows that can have a gradient, or None to learn from every row.
-
-        With a policy loss whose gradient is exactly 0 where the advantage is 0
-        (``zero_advantage_zero_gradient``), no KL or entropy term and one learner process, a row
-        whose advantages are all 0 (or that has no loss token) adds nothing to the gradient; its
-        forward and backward are skipped. The loss is still normalised by the whole batch, so the
-        update is the same; only the token-averaged metrics (clip fractions, entropy) then cover
-        the learned rows. Common late in training, when whole groups are solved.
-        """
+        """``[B]`` rows to learn from when zero-advantage rows may be skipped (see learner.rows_with_gradient), else None."""
         algo = self.cfg.algorithm
         if not (self.cfg.train.skip_zero_advantage and getattr(self.policy_loss, "zero_advantage_zero_gradient", False)):
-            return None
+            return None  # only losses whose gradient is exactly 0 where the advantage is 0
         if self.needs_ref or algo.beta > 0 or algo.entropy_coef > 0 or algo.entropy_band_coef > 0 or self.teacher is not None:
-            return None
-        if self.learners.distributed:
-            return None
-        token_adv = adv if adv.dim() == 2 else adv[:, None].expand_as(loss_mask)
-        live = (token_adv != 0) & (loss_mask > 0)
-        if weights is not None:
-            live &= weights[:, : live.shape[1]] != 0
-        keep = live.any(-1)
-        return None if bool(keep.all()) else keep
+            return None  # a KL, entropy or distillation term has a gradient on every row
+        return None if self.learners.distributed else rows_with_gradient(adv, loss_mask, weights)
 
     def _advantages(self, rewards: torch.Tensor, group_ids: torch.Tensor, **inputs: Any):
         """(adv [B], metrics) from the configured estimator and its options."""
@@ -328,35 +277,12 @@ class Trainer:
         return total, {k: float(v) for k, v in m.items()}
 
     def _objective_grads(self, batch, matrix: torch.Tensor, options: dict) -> torch.Tensor:
-        """``[K, P]``: the policy-loss gradient with each objective's own advantage (arXiv 2509.11452).
-
-        Restricted to parameters whose name matches ``grad_param_pattern`` (default: the layers
-        from 1/3 to 5/6 of the depth, as the authors' 10-25 of 36) and to the first
-        ``grad_micro_batches`` micro-batches (K extra backward passes: the price of this combiner).
-        """
-        import re
-
-        if "grad_param_pattern" in options:
-            pattern = re.compile(options["grad_param_pattern"])
-            keep = lambda name: bool(pattern.search(name))  # noqa: E731
-        else:  # the authors' layers 10-25 of 36, as a fraction of this model's depth
-            n_layers = getattr(self.model.config, "num_hidden_layers", 0)
-            chosen = {str(i) for i in range(n_layers // 3, (5 * n_layers) // 6 + 1)}
-            keep = lambda name: any(f"layers.{i}." in name for i in chosen)  # noqa: E731
-        params = [p for n, p in self.model.named_parameters() if p.requires_grad and keep(n)]
-        if not params:
-            raise ValueError("reward_combiner.options.grad_param_pattern matches no trainable parameter")
-        parts = micro_batches(batch, self.cfg.train.micro_batch_size)[: int(options.get("grad_micro_batches", 1))]
-        grads = []
-        self.model.train()
-        for k in range(matrix.shape[1]):
-            adv, _ = self._advantages(matrix[:, k], batch.group_ids)
-            self.optimizer.zero_grad(set_to_none=True)
-            accumulate_gradients(self.model, parts, adv, batch.completion_mask, self.objective,
-                                 temperature=self.logprob_temperature, want_entropy=False)
-            grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params]))
-        self.optimizer.zero_grad(set_to_none=True)
-        return torch.stack(grads)
+        """``[K, P]`` policy-loss gradients, one per objective's own advantage (see learner.objective_gradients)."""
+        return objective_gradients(
+            self.model, micro_batches(batch, self.cfg.train.micro_batch_size), matrix, options,
+            loss_mask=batch.completion_mask, advantages=lambda rewards: self._advantages(rewards, batch.group_ids)[0], objective=self.objective,
+            temperature=self.logprob_temperature, zero_grad=lambda: self.optimizer.zero_grad(set_to_none=True),
+        )
 
     def _observe_groups(self, batch, scores) -> None:
         correct = self._correct(scores).float()
@@ -367,23 +293,10 @@ class Trainer:
 
     def _verify(self, batch, scores, adv, weights):
         """GRPO-Verif: append one self-verification row per solution (see trainer/verification.py)."""
-        cfg, algo = self.cfg, self.cfg.algorithm
-        n = len(batch)
-        params = SamplingParams(cfg.verification.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)
-        merged, v_rewards, v_adv, metrics = add_verification_rows(
-            self.backend, batch, self._correct(scores), self._prompt_texts,
+        return verification_step(
+            self.cfg, self.backend, batch, self._correct(scores), scores.total, adv, weights, self._prompt_texts,
             lambda rewards, group_ids: self._advantages(rewards, group_ids)[0],
-            cfg.verification.template, params, self.backend.pad_id,
         )
-        width = merged.completion_ids.shape[1]
-        loss_mask = merged.completion_mask.clone()
-        if algo.mask_truncated:
-            loss_mask[merged.truncated] = 0
-        pad = width - weights.shape[1]
-        weights = torch.cat([torch.nn.functional.pad(weights, (0, pad)), loss_mask[n:].to(weights.dtype)])
-        verif_mask = torch.zeros_like(loss_mask)
-        verif_mask[n:] = loss_mask[n:]
-        return merged, torch.cat([adv, v_adv]), loss_mask, weights, torch.cat([scores.total, v_rewards]), verif_mask, metrics
 
     def _optimizer_step(self) -> float:
         clip = self.cfg.optim.max_grad_norm
@@ -395,32 +308,10 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return float(norm)
 
-    def _reward_metrics(self, scores) -> dict[str, float]:
-        m = {"reward/mean": float(scores.total.mean()), "reward/std": float(scores.total.std())}
-        for name, values in scores.per_reward.items():
-            valid = values[~values.isnan()]
-            m[f"reward/{name}/mean"] = float(valid.mean()) if len(valid) else float("nan")
-            m[f"reward/{name}/std"] = float(valid.std()) if len(valid) > 1 else 0.0
-        for name, count in scores.failures.items():
-            m[f"reward/{name}/failures"] = float(count)
-        m["accuracy"] = float(self._correct(scores).float().mean())
-        return m
-
     def _log_samples(self, batch, scores, adv) -> None:
-        n = self.cfg.logging.samples_per_table
-        every = self.cfg.logging.log_samples_every
-        # one completion from each of the first n groups
-        idx = [int((batch.group_ids == g).nonzero()[0]) for g in range(min(n, int(batch.group_ids.max()) + 1))]
-        samples = [
-            {
-                "prompt": batch.prompts[i],
-                "completion": batch.completions[i],
-                "rewards": {k: float(v[i]) for k, v in scores.per_reward.items()},
-                "advantage": float(adv[i]),
-            }
-            for i in idx
-        ]
+        samples = sample_records(batch, scores, adv, self.cfg.logging.samples_per_table)
         self.logger.log_samples(self.step, samples)
+        every = self.cfg.logging.log_samples_every
         if every and self.step % every == 0:
             self.logger.print_samples_table(self.step, samples, list(scores.per_reward))
 

@@ -13,6 +13,36 @@ from rich.table import Table
 log = logging.getLogger(__name__)
 
 
+def reward_metrics(scores: Any, correct: Any) -> dict[str, float]:
+    """Per-step reward statistics: the combined reward, each reward column (NaN = not scored), failures, accuracy.
+
+    scores: a ``Scores`` (``total [B]``, ``per_reward`` name -> ``[B]``, ``failures``); correct: ``[B]`` bool.
+    """
+    m = {"reward/mean": float(scores.total.mean()), "reward/std": float(scores.total.std())}
+    for name, values in scores.per_reward.items():
+        valid = values[~values.isnan()]
+        m[f"reward/{name}/mean"] = float(valid.mean()) if len(valid) else float("nan")
+        m[f"reward/{name}/std"] = float(valid.std()) if len(valid) > 1 else 0.0
+    for name, count in scores.failures.items():
+        m[f"reward/{name}/failures"] = float(count)
+    m["accuracy"] = float(correct.float().mean())
+    return m
+
+
+def sample_records(batch: Any, scores: Any, adv: Any, n: int) -> list[dict[str, Any]]:
+    """One logged completion (prompt, completion, rewards, advantage) from each of the first ``n`` groups."""
+    first = [int((batch.group_ids == g).nonzero()[0]) for g in range(min(n, int(batch.group_ids.max()) + 1))]
+    return [
+        {
+            "prompt": batch.prompts[i],
+            "completion": batch.completions[i],
+            "rewards": {k: float(v[i]) for k, v in scores.per_reward.items()},
+            "advantage": float(adv[i]),
+        }
+        for i in first
+    ]
+
+
 class RunLogger:
     """Appends one JSON line per step to ``metrics.jsonl`` and sampled completions to ``samples.jsonl``."""
 

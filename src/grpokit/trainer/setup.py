@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import math
@@ -98,3 +99,31 @@ def load_policy(cfg: Config) -> tuple[torch.nn.Module, Any]:
     if cfg.model.lora.enabled:
         model = apply_lora(model, cfg.model.lora)
     return model, tokenizer
+
+
+def reference_model(model: torch.nn.Module, cfg: Config, needed: bool) -> torch.nn.Module | None:
+    """Frozen copy of the initial policy when ``needed`` (LoRA: None, the adapter is disabled instead)."""
+    if hasattr(model, "peft_config"):
+        if cfg.algorithm.ref_sync_every:
+            raise ValueError("algorithm.ref_sync_every needs a full fine-tune: set model.lora.enabled=false")
+        return None
+    if not needed:
+        return None
+    ref = copy.deepcopy(model).eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+def teacher_model(cfg: Config, tokenizer: Any) -> torch.nn.Module:
+    """The frozen teacher of distillation losses; it must share the policy's vocabulary."""
+    if not cfg.model.teacher:
+        raise ValueError(f"algorithm.loss '{cfg.algorithm.loss}' needs a teacher: set model.teacher")
+    from grpokit.model.loading import load_model
+
+    teacher, tok = load_model(cfg.model.teacher, dtype=cfg.model.dtype)
+    if tok.get_vocab() != tokenizer.get_vocab():
+        raise ValueError(f"model.teacher '{cfg.model.teacher}' has a different tokenizer from the policy")
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return teacher.eval()

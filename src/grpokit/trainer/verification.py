@@ -68,3 +68,27 @@ def add_verification_rows(
         "verif/valid_frac": sum(valid) / max(len(valid), 1),
     }
     return merged, rewards, adv, metrics
+
+
+def verification_step(cfg, backend, batch: RolloutBatch, correct: torch.Tensor, rewards: torch.Tensor, adv: torch.Tensor,
+                      weights: torch.Tensor, prompt_texts: Callable, advantages: Callable):
+    """The step's batch with one verification row appended per solution, and everything the learner needs.
+
+    correct, rewards, adv: [n] of the n solutions; weights: [n, T] token weights; advantages maps
+    (rewards [m], group_ids [m]) to [m] advantages. Returns (merged batch [2n], adv [2n],
+    loss_mask [2n, T'], weights [2n, T'], rewards [2n], verif_mask [2n, T'] (1 on the verification
+    rows' loss tokens), metrics).
+    """
+    n = len(batch)
+    params = SamplingParams(cfg.verification.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)
+    merged, v_rewards, v_adv, metrics = add_verification_rows(
+        backend, batch, correct, prompt_texts, advantages, cfg.verification.template, params, backend.pad_id,
+    )
+    loss_mask = merged.completion_mask.clone()
+    if cfg.algorithm.mask_truncated:
+        loss_mask[merged.truncated] = 0
+    pad = merged.completion_ids.shape[1] - weights.shape[1]
+    weights = torch.cat([torch.nn.functional.pad(weights, (0, pad)), loss_mask[n:].to(weights.dtype)])
+    verif_mask = torch.zeros_like(loss_mask)
+    verif_mask[n:] = loss_mask[n:]
+    return merged, torch.cat([adv, v_adv]), loss_mask, weights, torch.cat([rewards, v_rewards]), verif_mask, metrics
