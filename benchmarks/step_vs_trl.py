@@ -284,7 +284,7 @@ def child_trl(name: str, warmup: int, steps: int, max_new_tokens: int, a: argpar
 
 
 # ---------------------------------------------------------------------------- parent
-def matmul_gflops(n: int = 2048, reps: int = 5) -> float:
+def matmul_gflops(n: int = 2048, reps: int = 10) -> float:
     import torch
 
     a, b = torch.randn(n, n), torch.randn(n, n)
@@ -403,9 +403,10 @@ def main() -> None:
     p.add_argument("--eos-stops", action="store_true", help="completions may end at EOS (default: exactly --max-new-tokens)")
     p.add_argument("--checkpointing", action=argparse.BooleanOptionalAction, default=True,
                    help="grpokit train.activation_checkpointing (default on, as TRL's gradient checkpointing; --no-checkpointing: faster, more memory)")
-    p.add_argument("--mkl-amd", choices=["grpokit", "both", "none"], default="grpokit",
+    p.add_argument("--mkl-amd", choices=["both", "grpokit", "none"], default="both",
                    help="who runs with grpokit's MKL-on-AMD shim (MKL's AVX2 GEMMs on AMD CPUs; `grpokit train` "
-                        "enables it itself): grpokit only (default, what each library does out of the box), both, none")
+                        "enables it itself): both (default: the same BLAS on both sides), grpokit (each library as it "
+                        "ships: TRL with stock MKL), none")
     p.add_argument("--_child", choices=["grpokit", "trl"], help=argparse.SUPPRESS)
     a = p.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s",
