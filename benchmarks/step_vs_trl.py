@@ -365,11 +365,13 @@ def summarise(res: dict, stats: dict, rate_gflops: float, beta: float) -> dict:
     }
 
 
-def floor_line(name: str, g: dict, t: dict | None, stats: dict, rate_gflops: float, beta: float, checkpointing: bool) -> str:
+def floor_line(name: str, g: dict, t: dict | None, stats: dict, rate_gflops: float, beta: float, checkpointing: bool,
+               lora: bool = False) -> str:
     """The fewest seconds the step's exact fp32 work can take here: its matmul FLOPs at the measured matmul rate.
 
     Generation 2·N per prompt and sampled token; learner 6·N per token (8·N when activation
-    checkpointing recomputes the forward), + 2·N per token for the reference when beta > 0.
+    checkpointing recomputes the forward; 2·N less with LoRA, whose frozen base weights get no
+    weight gradient), + 2·N per token for the reference when beta > 0.
     Element-wise work, attention and memory traffic are free in this bound, so no real step
     reaches it; TRL's s/step over it is the largest speedup any implementation doing the same
     fp32 work could show on this machine.
@@ -377,10 +379,11 @@ def floor_line(name: str, g: dict, t: dict | None, stats: dict, rate_gflops: flo
     n, p, c = stats["n_params"], stats["prompt_tokens_mean"], g["completion_len"]
     seqs = PROMPTS_PER_STEP * GROUP_SIZE
     gen = 2 * n * (PROMPTS_PER_STEP * p + seqs * c)
-    learn = (8 if checkpointing else 6) * n * (PROMPTS_PER_STEP * p + seqs * c) + (2 * n * seqs * (p + c) if beta > 0 else 0.0)
+    per_token = (8 if checkpointing else 6) - (2 if lora else 0)
+    learn = per_token * n * (PROMPTS_PER_STEP * p + seqs * c) + (2 * n * seqs * (p + c) if beta > 0 else 0.0)
     gen_s, learn_s = gen / (rate_gflops * 1e9), learn / (rate_gflops * 1e9)
     line = (f"{name} floor (exact fp32 work at {rate_gflops:.1f} GFLOP/s, prompts encoded once per group, "
-            f"learner {'8' if checkpointing else '6'}·N per token): generation {gen_s:.1f} s + learning {learn_s:.1f} s "
+            f"learner {per_token}·N per token): generation {gen_s:.1f} s + learning {learn_s:.1f} s "
             f"= {gen_s + learn_s:.1f} s/step; grpokit reaches {(gen_s + learn_s) / g['step_s']:.0%} of it")
     if t is not None:
         line += f"; TRL's {t['step_s']:.1f} s allows at most speedup {t['step_s'] / (gen_s + learn_s):.2f}"
@@ -474,7 +477,7 @@ def main() -> None:
     if rows and rows[0][2] is not None:
         print(f"TRL generation/learning split: {rows[0][2]['split']}")
     for name, g, t in rows:
-        print(floor_line(name, g, t, stats, rate, CONFIGS[name]["beta"], a.checkpointing))
+        print(floor_line(name, g, t, stats, rate, CONFIGS[name]["beta"], a.checkpointing, CONFIGS[name]["lora"]))
     geo = lambda xs: math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")  # noqa: E731
     print(f"speedup={geo(speedups):.3f} memory_ratio={geo(mem_ratios):.3f}")
 

@@ -212,6 +212,8 @@ class Trainer:
             self.ref_model.load_state_dict(self.model.state_dict())  # humanline: reference <- pre-update policy
         ref = score_logprobs(self.ref_model or self.model, parts, temperature, ctx=self._ref_context()) if self.needs_ref else None
         teacher = score_logprobs(self.teacher, parts, temperature) if self.teacher is not None else None
+        if old is not None or ref is not None or teacher is not None:
+            release_free_memory()  # the scoring forwards' freed activations, before the learner's peak
         schedule = getattr(self.policy_loss, "option_schedule", None)
         if schedule is not None:
             self.objective.loss_options.update(schedule(self.step, **self.objective.loss_options))
