@@ -38,6 +38,16 @@ def test_banned_sampling_draws_the_renormalised_distribution():
     torch.testing.assert_close(logp, want.log()[tok])
 
 
+def test_banned_sampling_when_the_banned_token_takes_all_the_mass():
+    logits = torch.full((4, 6), -150.0)
+    logits[:, 2] = 150.0  # allowed probabilities underflow to 0 in float32 after the softmax
+    logits[:, 4] = -130.0
+    tok, logp, _ = next_tokens(logits, SamplingParams(temperature=1.0), banned=torch.tensor([2]))
+    assert (tok == 4).all()  # the allowed token with all but e^-20 of the allowed mass
+    want = torch.log_softmax(logits.index_fill(-1, torch.tensor([2]), float("-inf")), -1)[:, 4]
+    torch.testing.assert_close(logp, want)
+
+
 def test_min_new_tokens_forbids_early_eos():
     torch.manual_seed(0)
     model, tok = tiny_model_and_tokenizer(seed=1)

@@ -72,16 +72,18 @@ def next_tokens(
         if banned is not None:
             logp = logp.index_fill(-1, banned, float("-inf"))
         tok = logp.argmax(-1)
-    elif params.top_k or params.top_p < 1.0:
+    elif params.top_k or params.top_p < 1.0 or banned is not None:
+        if not (params.top_k or params.top_p < 1.0):  # only banning: renormalise, log p'(y) = log p(y) - log sum_allowed p
+            allowed = probs.index_fill(-1, banned, 0.0)
+            mass = allowed.sum(-1)
+            if bool((mass > 1e-20).all()):  # else the allowed probabilities underflowed: log space below
+                tok = sample_categorical(allowed)
+                return tok, tempered.gather(-1, tok.unsqueeze(-1)).squeeze(-1) - mass.log(), entropy
         shaped = sampling_logits(logits, params)
         if banned is not None:
             shaped = shaped.index_fill(-1, banned, float("-inf"))
         logp = torch.log_softmax(shaped, dim=-1)
         tok = sample_categorical(logp.exp())
-    elif banned is not None:  # renormalised over the allowed tokens: log p'(y) = log p(y) - log sum_allowed p
-        allowed = probs.index_fill(-1, banned, 0.0)
-        tok = sample_categorical(allowed)
-        return tok, tempered.gather(-1, tok.unsqueeze(-1)).squeeze(-1) - allowed.sum(-1).log(), entropy
     else:
         tok = sample_categorical(probs)
     return tok, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1), entropy
