@@ -42,7 +42,10 @@ ENV_DONE = "GRPOKIT_MKL_AMD_REEXEC"  # set in the restarted process: never resta
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("GRPOKIT_CACHE", Path.home() / ".cache" / "grpokit")) / "mkl_amd"
+    """Where the compiled shim lives: ``<grpokit cache>/mkl_amd`` (``$GRPOKIT_CACHE`` or ``~/.cache/grpokit``)."""
+    from grpokit.model.loading import cache_dir as grpokit_cache  # torch-free import
+
+    return grpokit_cache() / "mkl_amd"
 
 
 def is_amd_cpu(cpuinfo: str = "/proc/cpuinfo") -> bool:
