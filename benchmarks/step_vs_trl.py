@@ -303,7 +303,9 @@ def _mkl_amd_env(env: dict, on: bool) -> dict:
     from grpokit import mkl_amd
 
     env = {k: v for k, v in env.items() if k != mkl_amd.ENV_DONE}
-    if not on or not mkl_amd.is_amd_cpu():
+    if not on or not mkl_amd.is_amd_cpu():  # also off when this process was itself started with the shim
+        kept = [x for x in env.get("LD_PRELOAD", "").replace(":", " ").split() if "libgrpokit_mkl_amd" not in x]
+        env["LD_PRELOAD"] = " ".join(kept)
         return env
     lib = mkl_amd.shim_path()
     return mkl_amd.preload_env(env, lib) if lib is not None else env
@@ -378,9 +380,10 @@ def floor_line(name: str, g: dict, t: dict | None, stats: dict, rate_gflops: flo
     """
     n, p, c = stats["n_params"], stats["prompt_tokens_mean"], g["completion_len"]
     seqs = PROMPTS_PER_STEP * GROUP_SIZE
-    gen = 2 * n * (PROMPTS_PER_STEP * p + seqs * c)
+    gen = 2 * n * (PROMPTS_PER_STEP * p + seqs * c)  # prefill once per prompt + one forward per sampled token
     per_token = (8 if checkpointing else 6) - (2 if lora else 0)
-    learn = per_token * n * (PROMPTS_PER_STEP * p + seqs * c) + (2 * n * seqs * (p + c) if beta > 0 else 0.0)
+    tokens = PROMPTS_PER_STEP * p + seqs * c  # each prompt once per group, every completion token
+    learn = per_token * n * tokens + (2 * n * tokens if beta > 0 else 0.0)
     gen_s, learn_s = gen / (rate_gflops * 1e9), learn / (rate_gflops * 1e9)
     line = (f"{name} floor (exact fp32 work at {rate_gflops:.1f} GFLOP/s, prompts encoded once per group, "
             f"learner {per_token}·N per token): generation {gen_s:.1f} s + learning {learn_s:.1f} s "

@@ -29,12 +29,16 @@ def test_preload_env_keeps_existing_entries():
     assert mkl_amd.active(env)
 
 
-def test_is_amd_cpu_reads_vendor(tmp_path):
+def test_is_amd_cpu_reads_vendor(tmp_path, monkeypatch):
+    monkeypatch.setattr(mkl_amd.sys, "platform", "linux")
+    monkeypatch.setattr(mkl_amd.platform, "machine", lambda: "x86_64")
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\n")
     assert not mkl_amd.is_amd_cpu(str(info))
     info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\n")
-    assert mkl_amd.is_amd_cpu(str(info)) == (sys.platform == "linux")
+    assert mkl_amd.is_amd_cpu(str(info))
+    monkeypatch.setattr(mkl_amd.platform, "machine", lambda: "aarch64")
+    assert not mkl_amd.is_amd_cpu(str(info))
 
 
 CHILD = r"""
