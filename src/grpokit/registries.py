@@ -19,6 +19,7 @@ _LOCATIONS = {
     "ratio": ("grpokit.algos.ratios", "RATIOS"),
     "combiner": ("grpokit.rewards.combiners", "COMBINERS"),
     "curriculum": ("grpokit.data.curricula", "CURRICULA"),
+    "correction": ("grpokit.algos.offpolicy", "CORRECTIONS"),
 }
 AXES = tuple(_LOCATIONS)
 

@@ -1,56 +1,125 @@
-"""Name -> callable registries, one per pipeline axis.
+"""Name -> callable registries, one per pipeline axis, with each entry's declared contract.
 
 Every variant (advantage, loss, aggregation, KL estimator, reward, task, …) is a small
 function registered by name. Configs select variants by these names; the trainer never
 branches on a name. Duplicate registration is an error, never a silent overwrite.
+
+A registration also declares what the trainer must know about the function, instead of
+attributes patched on afterwards:
+
+    @POLICY_LOSSES.register("disco", inputs=("group_ids", "constraint_kl"), groupwise=True)
+
+``inputs`` names the batch inputs the function reads (see ``grpokit.trainer.inputs`` for who
+produces each); the other keywords are the axis's declared properties (``Registry(axis,
+properties={...})`` lists them with their defaults; an undeclared one is an error at import).
+User options of a variant (``loss_options`` and the like) are checked against the function's
+signature by :meth:`Registry.check_options`: an unknown key fails naming the valid ones.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, TypeVar
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+@dataclass(frozen=True)
+class Spec:
+    """One registered variant: its callable, the inputs it reads and its declared properties."""
+
+    name: str
+    fn: Callable[..., Any]
+    inputs: tuple[str, ...] = ()
+    props: Mapping[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, key: str) -> Any:  # spec.groupwise, spec.make_state, …
+        props = object.__getattribute__(self, "props")
+        if key in props:
+            return props[key]
+        raise AttributeError(key)
+
+
 class Registry:
-    """A named collection of callables for one axis of the pipeline (e.g. ``advantage``)."""
+    """A named collection of callables for one axis of the pipeline (e.g. ``advantage``).
 
-    def __init__(self, axis: str) -> None:
+    ``properties``: the properties a registration on this axis may declare, with their defaults.
+    ``context``: keyword arguments the trainer itself passes to every function of the axis
+    (never user options): they are not offered as valid option keys.
+    """
+
+    def __init__(self, axis: str, properties: Optional[Mapping[str, Any]] = None, context: Iterable[str] = ()) -> None:
         self.axis = axis
-        self._items: dict[str, Callable[..., Any]] = {}
+        self.properties = dict(properties or {})
+        self.context = frozenset(context)
+        self._specs: dict[str, Spec] = {}
 
-    def register(self, name: str) -> Callable[[F], F]:
-        """Decorator: register ``fn`` under ``name``; raises if the name is taken."""
+    def register(self, name: str, *, inputs: Iterable[str] = (), **props: Any) -> Callable[[F], F]:
+        """Decorator: register ``fn`` under ``name`` with its inputs and properties; raises if the name is taken."""
+        unknown = sorted(set(props) - set(self.properties))
+        if unknown:
+            raise TypeError(f"{self.axis} '{name}': undeclared properties {unknown}; this axis declares {sorted(self.properties)}")
 
         def deco(fn: F) -> F:
-            if name in self._items:
+            if name in self._specs:
                 raise ValueError(f"{self.axis} '{name}' is already registered")
-            self._items[name] = fn
+            self._specs[name] = Spec(name, fn, tuple(inputs), {**self.properties, **props})
             return fn
 
         return deco
 
     def get(self, name: str) -> Callable[..., Any]:
         """Return the callable registered as ``name``; the error lists the valid names."""
+        return self.spec(name).fn
+
+    def spec(self, name: str) -> Spec:
+        """The :class:`Spec` of ``name`` (callable, inputs, properties)."""
         try:
-            return self._items[name]
+            return self._specs[name]
         except KeyError:
-            valid = ", ".join(sorted(self._items))
+            valid = ", ".join(sorted(self._specs))
             raise KeyError(f"unknown {self.axis} '{name}'; choose one of: {valid}") from None
 
+    def option_names(self, name: str) -> list[str]:
+        """The option keys ``name`` accepts: its keyword parameters, less the axis's context arguments."""
+        params = inspect.signature(self.spec(name).fn).parameters.values()
+        return sorted(p.name for p in params if p.kind is p.KEYWORD_ONLY and p.name not in self.context)
+
+    def check_options(self, name: str, options: Mapping[str, Any], where: str) -> None:
+        """Raise ``ValueError`` (one line) when ``options`` holds a key that ``name`` does not take."""
+        valid = self.option_names(name)
+        unknown = sorted(set(options) - set(valid))
+        if unknown:
+            shown = ", ".join(valid) if valid else "none"
+            raise ValueError(f"{where} {unknown} {'is' if len(unknown) == 1 else 'are'} not an option of {self.axis} '{name}'; valid keys: {shown}")
+
     def names(self) -> list[str]:
-        return sorted(self._items)
+        return sorted(self._specs)
 
     def summary(self, name: str) -> str:
         """First line of the docstring of ``name`` (for ``grpokit list``)."""
-        doc = (self._items[name].__doc__ or "").strip()
+        doc = (self._specs[name].fn.__doc__ or "").strip()
         return doc.splitlines()[0] if doc else ""
 
     def __contains__(self, name: object) -> bool:
-        return name in self._items
+        return name in self._specs
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._specs)
+
+
+def call_with(fn: Callable[..., Any], *args: Any, context: Mapping[str, Any], options: Mapping[str, Any] = {}) -> Any:
+    """``fn(*args, **options, **context')`` where context' keeps only the context keywords ``fn`` accepts.
+
+    The trainer offers every context argument of an axis (e.g. an aggregation's ``num_seqs``,
+    ``num_tokens``, ``max_len``); each function takes the ones it needs, so none needs a ``**_``
+    catch-all that would also swallow a user's option typo.
+    """
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return fn(*args, **options, **context)
+    return fn(*args, **options, **{k: v for k, v in context.items() if k in params})

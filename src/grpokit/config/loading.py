@@ -156,12 +156,13 @@ def _check(value: Any, where: str, meta: dict) -> None:
             raise ConfigError(f"{where} = {value!r} is out of range: it must be {sym} {meta[key]}")
     if "choices" in meta and value not in meta["choices"]:
         raise ConfigError(f"{where} = {value!r} is not allowed; choose one of: {', '.join(map(str, meta['choices']))}")
-    if "registry" in meta:
+    if "registry" in meta and value not in meta.get("also", ()):
         from grpokit.registries import get_registry
 
         registry = get_registry(meta["registry"])
         if value not in registry:
-            raise ConfigError(f"{where} = {value!r} is not a registered {meta['registry']}; choose one of: {', '.join(registry.names())}")
+            names = list(meta.get("also", ())) + registry.names()
+            raise ConfigError(f"{where} = {value!r} is not a registered {meta['registry']}; choose one of: {', '.join(names)}")
 
 
 def from_dict(cls: type, data: dict, prefix: str) -> Any:

@@ -46,7 +46,8 @@ class ModelConfig:
         "smollm2-135m-instruct",
         "embedded model name, a local Hugging Face model folder, or a .gguf file",
     )
-    dtype: str = opt("float32", "parameter dtype", choices=["float32", "bfloat16"])
+    device: str = opt("auto", "where the policy and every tensor of the run live: auto (cuda when present, else cpu), cpu, cuda or cuda:N")
+    dtype: str = opt("float32", "parameter dtype (float16 / bfloat16: CUDA; bfloat16 also runs on CPU)", choices=["float32", "bfloat16", "float16"])
     lora: LoraConfig = field(default_factory=LoraConfig, metadata={"doc": "LoRA settings"})
     temperature_in_logprobs: bool = opt(
         True, "divide learner logits by the sampling temperature (as the sampler did)"
@@ -136,6 +137,13 @@ class AlgorithmConfig:
     entropy_coef: float = opt(0.0, "entropy bonus: subtract coef * token entropy from the loss", ge=0)
     kl_clamp: bool = opt(False, "clamp the KL log-ratio to [-20, 20] and k3 to [-10, 10] (verl low_var_kl)")
     beta: float = opt(0.0, "KL coefficient (0 = no reference model is loaded)", ge=0)
+    correction: str = opt(
+        "auto",
+        "off-policy / sampler-mismatch correction of the policy loss (see `grpokit list`): auto = decoupled PPO when a batch was sampled by weights other than the learner's current ones or by an inference engine (async k >= 1, vLLM), none otherwise",
+        registry="correction",
+        also=("auto",),
+    )
+    correction_options: dict = opt({}, "keyword options of the correction (e.g. cap)")
     num_iterations: int = opt(1, "mu: optimizer steps per rollout batch (old log-probs reused)", ge=1)
     mask_truncated: bool = opt(False, "exclude completions that hit max_new_tokens from the loss")
     dynamic_sampling: bool = opt(False, "DAPO: drop groups whose rewards are all equal and sample more prompts to refill the batch")

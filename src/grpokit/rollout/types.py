@@ -21,6 +21,13 @@ class RolloutBatch:
     truncated:       [B] True when the completion hit max_new_tokens without EOS
     entropy:         [B, T] entropy of the tempered sampling distribution at each position (0 on pad)
     prompts / completions: decoded texts per row; rows: the data row (answer, columns) per row
+    weights_version: the learner step whose weights sampled the batch (-1 = the current weights)
+    engine:          what sampled it: 'hf' (the learner's own model in-process) or an inference
+                     engine ('vllm'), whose numerics differ from the learner's even at equal weights
+
+    The learnable units of a text policy are its completion tokens: ``unit_mask`` is
+    ``completion_mask`` and ``behaviour_logp`` is ``sampling_logp`` (the log-probs of the
+    distribution that actually drew each unit, which off-policy corrections compare against).
     """
 
     prompt_ids: torch.Tensor
@@ -34,6 +41,23 @@ class RolloutBatch:
     prompts: list[str] = field(default_factory=list)
     completions: list[str] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
+    weights_version: int = -1
+    engine: str = "hf"
+    unit_kind = "token"
+
+    @property
+    def unit_mask(self) -> torch.Tensor:
+        """``[B, U]`` 1 = a learnable unit (here: a generated token)."""
+        return self.completion_mask
+
+    @property
+    def behaviour_logp(self) -> torch.Tensor:
+        """``[B, U]`` log-probs of each unit under the distribution that sampled it."""
+        return self.sampling_logp
+
+    @property
+    def device(self) -> torch.device:
+        return self.completion_ids.device
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -53,6 +77,8 @@ class RolloutBatch:
             prompts=[self.prompts[i] for i in idx],
             completions=[self.completions[i] for i in idx],
             rows=[self.rows[i] for i in idx],
+            weights_version=self.weights_version,
+            engine=self.engine,
         )
         return sub
 
