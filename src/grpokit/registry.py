@@ -49,8 +49,12 @@ class Registry:
     (never user options): they are not offered as valid option keys.
     """
 
-    def __init__(self, axis: str, properties: Optional[Mapping[str, Any]] = None, context: Iterable[str] = ()) -> None:
+    def __init__(
+        self, axis: str, properties: Optional[Mapping[str, Any]] = None, context: Iterable[str] = (),
+        option_carriers: Iterable[str] = (),
+    ) -> None:
         self.axis = axis
+        self.option_carriers = tuple(option_carriers)  # properties that are functions of some of the options
         self.properties = dict(properties or {})
         self.context = frozenset(context)
         self._specs: dict[str, Spec] = {}
@@ -83,8 +87,17 @@ class Registry:
 
     def option_names(self, name: str) -> list[str]:
         """The option keys ``name`` accepts: its keyword parameters, less the axis's context arguments."""
-        params = inspect.signature(self.spec(name).fn).parameters.values()
-        return sorted(p.name for p in params if p.kind is p.KEYWORD_ONLY and p.name not in self.context)
+        spec = self.spec(name)
+        fns = [spec.fn] + [spec.props[c] for c in self.option_carriers if callable(spec.props.get(c))]
+        names = {p.name for fn in fns for p in _option_params(fn)}
+        return sorted(names - self.context)
+
+    def carried_options(self, name: str) -> set[str]:
+        """Option keys that belong to the carrier properties (e.g. a loss's option schedule), not to the function."""
+        spec = self.spec(name)
+        fns = [spec.props[c] for c in self.option_carriers if callable(spec.props.get(c))]
+        own = set(inspect.signature(spec.fn).parameters)
+        return {p for fn in fns for p in inspect.signature(fn).parameters if p != "step"} - own
 
     def check_options(self, name: str, options: Mapping[str, Any], where: str) -> None:
         """Raise ``ValueError`` (one line) when ``options`` holds a key that ``name`` does not take."""
@@ -110,6 +123,14 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self._specs)
+
+
+def _option_params(fn: Callable[..., Any]) -> list[inspect.Parameter]:
+    """Option parameters of ``fn``: keyword-only ones of a function (its positional ones are data); all named ones of a class."""
+    params = inspect.signature(fn).parameters.values()
+    if inspect.isclass(fn):
+        return [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return [p for p in params if p.kind is p.KEYWORD_ONLY]
 
 
 def call_with(fn: Callable[..., Any], *args: Any, context: Mapping[str, Any], options: Mapping[str, Any] = {}) -> Any:

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from grpokit.algos.advantages import ADVANTAGES, grpo_advantage
+from grpokit.registry import call_with
 from grpokit.algos.drpo import DRPOState, cluster_domain, drpo_scale_factors
 
 # ---------------------------------------------------------------- every advantage
@@ -25,7 +26,7 @@ def _all_kwargs():
 def test_every_advantage_zero_variance_group_gets_zero_and_groups_sum_to_zero(name):
     r = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
     g = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
-    adv, metrics = ADVANTAGES.get(name)(r, g, **_all_kwargs())
+    adv, metrics = call_with(ADVANTAGES.get(name), r, g, context=_all_kwargs())
     assert adv.shape == (8,)
     assert torch.equal(adv[4:], torch.zeros(4))
     assert float(adv[:4].sum()) == pytest.approx(0.0, abs=1e-6)

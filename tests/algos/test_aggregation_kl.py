@@ -3,6 +3,7 @@ import torch
 
 from grpokit.algos.aggregation import AGGREGATIONS
 from grpokit.algos.kl import KL_ESTIMATORS
+from grpokit.registry import call_with
 
 
 def toy():
@@ -33,9 +34,9 @@ def test_aggregation_split_sums_to_whole(name):
     loss = torch.rand(6, 5)
     mask = (torch.rand(6, 5) > 0.3).float()
     mask[:, 0] = 1
-    whole = AGGREGATIONS.get(name)(loss, mask, max_len=5)
+    whole = call_with(AGGREGATIONS.get(name), loss, mask, context=dict(max_len=5))
     kw = dict(num_seqs=6.0, num_tokens=float(mask.sum()), max_len=5)
-    parts = sum(AGGREGATIONS.get(name)(loss[i : i + 2], mask[i : i + 2], **kw) for i in range(0, 6, 2))
+    parts = sum(call_with(AGGREGATIONS.get(name), loss[i : i + 2], mask[i : i + 2], context=kw) for i in range(0, 6, 2))
     assert float(parts) == pytest.approx(float(whole), abs=1e-6)
 
 
@@ -45,7 +46,8 @@ def test_masked_tokens_never_change_aggregate(name):
     changed = loss.clone()
     changed[mask == 0] = 1e6
     f = AGGREGATIONS.get(name)
-    assert float(f(changed, mask, max_len=4)) == pytest.approx(float(f(loss, mask, max_len=4)))
+    ctx = dict(max_len=4)
+    assert float(call_with(f, changed, mask, context=ctx)) == pytest.approx(float(call_with(f, loss, mask, context=ctx)))
 
 
 def test_kl_hand_values():
@@ -81,4 +83,4 @@ def test_k3_clamp_behind_flag():
 def test_kl_none_is_zero_and_needs_no_reference():
     f = KL_ESTIMATORS.get("none")
     assert torch.equal(f(torch.randn(2, 3), None), torch.zeros(2, 3))
-    assert getattr(f, "needs") == ()
+    assert KL_ESTIMATORS.spec("none").inputs == () and KL_ESTIMATORS.spec("k3").inputs == ("ref_logp",)

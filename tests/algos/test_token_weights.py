@@ -3,6 +3,8 @@ import math
 import pytest
 import torch
 
+from grpokit.registry import call_with
+
 from grpokit.algos.advantages import grpo_advantage
 from grpokit.algos.losses import LossInputs, ppo_clip_loss
 from grpokit.algos.token_weights import TOKEN_WEIGHTS, entropy_band_penalty, iwae_trace_weights
@@ -21,8 +23,10 @@ def _toy_trie():
 def test_every_token_weighting_is_zero_off_mask_and_detached(name):
     ids, mask, g = _toy_trie()
     entropy = torch.rand(5, 3, requires_grad=True)
-    w, metrics = TOKEN_WEIGHTS.get(name)(
-        mask, completion_ids=ids, group_ids=g, entropy=entropy, rewards=torch.tensor([1.0, 0, 0, 1, 1]), rho=0.5
+    options = {"rho": 0.5} if "rho" in TOKEN_WEIGHTS.option_names(name) else {}
+    w, metrics = call_with(
+        TOKEN_WEIGHTS.get(name), mask, options=options,
+        context=dict(completion_ids=ids, group_ids=g, entropy=entropy, rewards=torch.tensor([1.0, 0, 0, 1, 1])),
     )
     assert w.shape == mask.shape and not w.requires_grad
     assert torch.equal(w[mask == 0], torch.zeros(int((mask == 0).sum())))

@@ -5,6 +5,8 @@ import math
 import pytest
 import torch
 
+from grpokit.registry import call_with
+
 from grpokit.algos.advantages import grpo_advantage
 from grpokit.rewards.combiners import (
     COMBINERS,
@@ -28,7 +30,7 @@ def test_every_combiner_contract(name):
     scores = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, float("nan")], [0.0, 0.0]])  # [B=4, K=2]
     group_ids = torch.tensor([0, 0, 1, 1])
     fn = COMBINERS.get(name)
-    reward, state, metrics = fn(scores, group_ids, weights=torch.tensor([0.5, 0.5]), unrelated_option=1)
+    reward, state, metrics = call_with(fn, scores, group_ids, context=dict(weights=torch.tensor([0.5, 0.5]), unrelated_context=1))
     assert reward.shape == (4,) and reward.dtype == torch.float32 and torch.isfinite(reward).all()
     assert "combiner/w0" in metrics and COMBINERS.summary(name)
     assert (state is None) == (new_combiner_state(name) is None)

@@ -9,7 +9,15 @@ from grpokit.algos.losses import POLICY_LOSSES
 from grpokit.rollout.hf import HFBackend
 from grpokit.rollout.types import SamplingParams
 from grpokit.testing import tiny_model_and_tokenizer
-from grpokit.trainer.learner import Objective, accumulate_gradients, micro_batches, score_logprobs
+from grpokit.policies.causal_lm import CausalLMPolicy
+from grpokit.trainer.learn_batch import LearnBatch
+from grpokit.trainer.learner import Objective, accumulate_gradients, micro_batches
+from grpokit.trainer.producers import score_inputs
+
+
+def learn_batch(batch, adv, **fields):
+    return LearnBatch(rollout=batch, adv=adv, mask=batch.completion_mask, rewards=torch.zeros(len(batch)),
+                      behaviour_logp=batch.sampling_logp, **fields)
 
 
 @pytest.fixture(scope="module")
@@ -17,13 +25,15 @@ def rollout():
     torch.manual_seed(0)
     model, tok = tiny_model_and_tokenizer(seed=0)
     backend = HFBackend(model, tok)
+    policy = CausalLMPolicy(model, tok, backend)
     rows = [{"prompt": "ab", "answer": "1"}, {"prompt": "hello there", "answer": "2"}]
     texts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False, add_generation_prompt=True) for r in rows]
     batch = backend.generate(texts, rows, 4, SamplingParams(max_new_tokens=6, temperature=1.0))
-    return model, batch
+    return policy, batch
 
 
-def grads(model, batch, micro, aggregation, beta):
+def grads(policy, batch, micro, aggregation, beta):
+    model = policy.module
     model.zero_grad(set_to_none=True)
     objective = Objective(
         policy_loss=POLICY_LOSSES.get("ppo_clip"),
@@ -35,26 +45,28 @@ def grads(model, batch, micro, aggregation, beta):
     )
     adv = torch.linspace(-1.5, 1.5, len(batch))
     parts = micro_batches(batch, micro)
-    ref = None
+    lb = learn_batch(batch, adv)
     if beta > 0:
-        ref = [lp + 0.1 for lp in score_logprobs(model, parts, 1.0)]  # a fixed, different "reference"
-    accumulate_gradients(model, parts, adv, batch.completion_mask, objective, temperature=1.0, ref_logps=ref)
+        score_inputs(policy, lb, parts, ["old_logp"])
+        lb.ref_logp, lb.old_logp = lb.old_logp + 0.1, None  # a fixed, different "reference"
+    accumulate_gradients(policy, parts, lb, objective)
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
 
 @pytest.mark.parametrize("aggregation", AGGREGATIONS.names())
 @pytest.mark.parametrize("beta", [0.0, 0.1])
 def test_one_batch_of_8_equals_8_micro_batches(rollout, aggregation, beta):
-    model, batch = rollout
-    g_full = grads(model, batch, 8, aggregation, beta)
-    g_acc = grads(model, batch, 1, aggregation, beta)
+    policy, batch = rollout
+    g_full = grads(policy, batch, 8, aggregation, beta)
+    g_acc = grads(policy, batch, 1, aggregation, beta)
     assert g_full.abs().max() > 0
     torch.testing.assert_close(g_acc, g_full, atol=1e-6, rtol=1e-5)
 
 
 def test_entropy_band_regulariser_is_micro_batch_invariant(rollout):
     """SPINE's band penalty (per-row quantiles, batch fork count) sums exactly over micro-batches."""
-    model, batch = rollout
+    policy, batch = rollout
+    model = policy.module
     weights = (torch.rand(batch.completion_mask.shape, generator=torch.Generator().manual_seed(0)) > 0.5).float()
 
     def band_grads(micro):
@@ -63,8 +75,8 @@ def test_entropy_band_regulariser_is_micro_batch_invariant(rollout):
             policy_loss=POLICY_LOSSES.get("ppo_clip"), aggregate=AGGREGATIONS.get("token_mean"),
             kl_estimator=None, beta=0.0, loss_options={}, max_len=6, entropy_band_coef=1.0,
         )
-        accumulate_gradients(model, micro_batches(batch, micro), torch.zeros(len(batch)), batch.completion_mask,
-                             objective, temperature=1.0, token_weights=weights * batch.completion_mask)
+        lb = learn_batch(batch, torch.zeros(len(batch)), token_weights=weights * batch.completion_mask)
+        accumulate_gradients(policy, micro_batches(batch, micro), lb, objective)
         return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
     full, acc = band_grads(8), band_grads(1)

@@ -5,6 +5,7 @@ import torch
 
 from grpokit.rollout.types import SamplingParams
 from grpokit.testing import tiny_model_and_tokenizer
+from grpokit.trainer.learn_batch import LearnBatch
 from grpokit.trainer.loop import Trainer
 
 
@@ -16,7 +17,8 @@ def _learn_once(cfg, adv_of_group):
     batch = trainer.backend.generate(texts, rows, 4, SamplingParams(max_new_tokens=6, temperature=1.0))
     adv = torch.tensor([adv_of_group[g] for g in batch.group_ids.tolist()]) * torch.linspace(-1, 1, len(batch))
     mask = batch.completion_mask.clone()
-    metrics = trainer._learn(batch, adv, mask, None, torch.zeros(len(batch)), dict(plan_mask=None, verif_mask=None, num_seqs=None))
+    lb = LearnBatch(rollout=batch, adv=adv, mask=mask, rewards=torch.zeros(len(batch)), behaviour_logp=batch.sampling_logp)
+    metrics = trainer._learn(lb)
     return metrics, torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
 
 

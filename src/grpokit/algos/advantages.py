@@ -17,7 +17,11 @@ import torch
 from grpokit.algos.drpo import DRPOState, drpo_scale_factors
 from grpokit.registry import Registry
 
-ADVANTAGES = Registry("advantage")
+ADVANTAGES = Registry(
+    "advantage",
+    properties={"make_state": None},  # a state factory: the trainer creates, passes and checkpoints the state
+    context=("scale", "std_mode", "std_eps", "state", "domains", "mask"),
+)
 
 
 def group_mean_std(
@@ -48,7 +52,6 @@ def grpo_advantage(
     std_mode: str = "unbiased",
     std_eps: float = 1e-6,
     allow_singleton_groups: bool = False,
-    **_: object,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GRPO group-relative advantage A_i = (R_i - mean_g) / (std + eps).
 
@@ -78,11 +81,12 @@ def grpo_advantage(
 
 @ADVANTAGES.register("dr_grpo")
 def dr_grpo_advantage(
-    rewards: torch.Tensor, group_ids: torch.Tensor, **kwargs: object
+    rewards: torch.Tensor, group_ids: torch.Tensor, *, std_mode: str = "unbiased", std_eps: float = 1e-6,
+    allow_singleton_groups: bool = False,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Dr. GRPO advantage A_i = R_i - mean_g (no std division; arXiv 2503.20783)."""
-    kwargs = {k: v for k, v in kwargs.items() if k != "scale"}
-    return grpo_advantage(rewards, group_ids, scale="none", **kwargs)
+    return grpo_advantage(rewards, group_ids, scale="none", std_mode=std_mode, std_eps=std_eps,
+                          allow_singleton_groups=allow_singleton_groups)
 
 
 def _zero_var_summary(adv: torch.Tensor, group_ids: torch.Tensor, zero_var: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -124,7 +128,6 @@ def rloo_advantage(
     std_mode: str = "unbiased",
     std_eps: float = 1e-6,
     allow_singleton_groups: bool = False,
-    **_: object,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """RLOO leave-one-out advantage A_i = R_i - (sum_{j != i, j in g} R_j) / (n_g - 1).
 
@@ -157,7 +160,6 @@ def reinforce_pp_baseline_advantage(
     std_mode: str = "unbiased",
     std_eps: float = 1e-6,
     allow_singleton_groups: bool = False,
-    **_: object,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """REINFORCE++-baseline: A_i = (c_i - mean_batch(c)) / (std_batch(c) + eps), c_i = R_i - mean_g.
 
@@ -208,7 +210,6 @@ def passk_advantage(
     *,
     k: int = 4,
     correct_threshold: float = 0.5,
-    **_: object,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Pass@k-training analytic advantage: the GRPO advantage of the group's pass@k reward.
 
@@ -259,7 +260,7 @@ def _row_domains(domains: object, batch: int) -> list[str]:
     return keys
 
 
-@ADVANTAGES.register("drpo")
+@ADVANTAGES.register("drpo", inputs=("domains",), make_state=DRPOState)
 def drpo_advantage(
     rewards: torch.Tensor,
     group_ids: torch.Tensor,
@@ -273,7 +274,6 @@ def drpo_advantage(
     max_history: Optional[int] = None,
     sort_group_rewards: bool = False,
     seed: int = 0,
-    **_: object,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """QoQ-Med DRPO advantage: GRPO advantage scaled down by domain and cluster abundance and ease.
 
@@ -320,4 +320,3 @@ def drpo_advantage(
 
 
 # The trainer creates, passes and checkpoints the state of a stateful estimator.
-drpo_advantage.make_state = DRPOState  # type: ignore[attr-defined]

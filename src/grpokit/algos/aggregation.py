@@ -14,12 +14,12 @@ import torch
 
 from grpokit.registry import Registry
 
-AGGREGATIONS = Registry("aggregation")
+AGGREGATIONS = Registry("aggregation", context=("num_seqs", "num_tokens", "max_len"))
 
 
 @AGGREGATIONS.register("seq_mean_token_mean")
 def seq_mean_token_mean(
-    loss: torch.Tensor, mask: torch.Tensor, *, num_seqs: Optional[float] = None, **_: object
+    loss: torch.Tensor, mask: torch.Tensor, *, num_seqs: Optional[float] = None
 ) -> torch.Tensor:
     """(1/B) sum_i (1/|o_i|) sum_t m_it L_it — original GRPO (each sequence weighs the same)."""
     lengths = mask.sum(-1).clamp(min=1)  # [B]
@@ -29,7 +29,7 @@ def seq_mean_token_mean(
 
 @AGGREGATIONS.register("token_mean")
 def token_mean(
-    loss: torch.Tensor, mask: torch.Tensor, *, num_tokens: Optional[float] = None, **_: object
+    loss: torch.Tensor, mask: torch.Tensor, *, num_tokens: Optional[float] = None
 ) -> torch.Tensor:
     """sum_it m L / sum_it m — DAPO token-level loss (each token weighs the same)."""
     denom = num_tokens if num_tokens is not None else mask.sum().clamp(min=1)
@@ -38,7 +38,7 @@ def token_mean(
 
 @AGGREGATIONS.register("seq_mean_token_sum")
 def seq_mean_token_sum(
-    loss: torch.Tensor, mask: torch.Tensor, *, num_seqs: Optional[float] = None, **_: object
+    loss: torch.Tensor, mask: torch.Tensor, *, num_seqs: Optional[float] = None
 ) -> torch.Tensor:
     """(1/B) sum_i sum_t m_it L_it — sequence mean of token sums."""
     return (loss * mask).sum() / (num_seqs if num_seqs is not None else loss.shape[0])
@@ -51,7 +51,6 @@ def constant_normaliser(
     *,
     num_seqs: Optional[float] = None,
     max_len: Optional[int] = None,
-    **_: object,
 ) -> torch.Tensor:
     """sum_it m L / (B * L_max) — Dr. GRPO constant normaliser (L_max = generation budget)."""
     if max_len is None:

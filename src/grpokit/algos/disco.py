@@ -109,7 +109,7 @@ def _disco(
     return loss, metrics
 
 
-@POLICY_LOSSES.register("disco")
+@POLICY_LOSSES.register("disco", inputs=("group_ids", "constraint_kl"), groupwise=True)
 def disco_loss(
     inp: LossInputs,
     *,
@@ -118,7 +118,6 @@ def disco_loss(
     delta: float = 1e-4,
     constraint_beta: float = 1e3,
     local_constraint: bool = False,
-    **_: object,
 ) -> tuple[torch.Tensor, Metrics]:
     """DisCO (DRO): -[mean_{O+} s - tau log mean_{O-} exp(s/tau)] per question + squared-hinge KL penalty.
 
@@ -132,7 +131,7 @@ def disco_loss(
     return _disco(inp, score=score, tau=tau, **opts)
 
 
-@POLICY_LOSSES.register("disco_b")
+@POLICY_LOSSES.register("disco_b", inputs=("group_ids", "constraint_kl"), groupwise=True)
 def disco_b_loss(
     inp: LossInputs,
     *,
@@ -140,7 +139,6 @@ def disco_b_loss(
     delta: float = 1e-4,
     constraint_beta: float = 1e3,
     local_constraint: bool = False,
-    **_: object,
 ) -> tuple[torch.Tensor, Metrics]:
     """DisCO-b: -[mean_{O+} s - mean_{O-} s] per question + squared-hinge KL penalty.
 
@@ -151,7 +149,3 @@ def disco_b_loss(
 
 
 # Trainer hook: with several updates per batch the trainer supplies the batch-level KL D.
-disco_loss.needs = ("constraint_kl",)  # type: ignore[attr-defined]
-disco_b_loss.needs = ("constraint_kl",)  # type: ignore[attr-defined]
-disco_loss.groupwise = True  # type: ignore[attr-defined]  # groups are formed inside a micro-batch
-disco_b_loss.groupwise = True  # type: ignore[attr-defined]

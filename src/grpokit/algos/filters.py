@@ -24,7 +24,7 @@ FILTERS = Registry("filter")
 
 @FILTERS.register("dynamic_sampling")
 def dynamic_sampling(
-    rewards: torch.Tensor, group_ids: torch.Tensor, *, min_range: float = 0.0, **_: object
+    rewards: torch.Tensor, group_ids: torch.Tensor, *, min_range: float = 0.0
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """DAPO dynamic sampling keep-mask: keep_i = (max_g R - min_g R > min_range) for i's group g.
 
@@ -55,7 +55,6 @@ def overlong_punishment(
     *,
     max_len: Optional[int] = None,
     cache_len: Optional[int] = None,
-    **_: object,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """DAPO soft overlong punishment R_len(|y|), added to the task reward.
 
@@ -81,7 +80,7 @@ def overlong_punishment(
 
 @FILTERS.register("mask_truncated")
 def mask_truncated(
-    mask: torch.Tensor, *, truncated: Optional[torch.Tensor] = None, **_: object
+    mask: torch.Tensor, *, truncated: Optional[torch.Tensor] = None
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """DAPO overlong filtering: m'_it = m_it · (1 − truncated_i), the loss mask without truncated rows.
 

@@ -44,7 +44,14 @@ def kd_weights(inp: LossInputs, kd_mask: str) -> torch.Tensor:
     return (group_max <= 0).to(ones.dtype)
 
 
-@POLICY_LOSSES.register("kdrl")
+def kdrl_option_schedule(step: int, *, beta_0: Optional[float] = None, beta_min: float = 1e-3, kappa: float = 0.0) -> dict:
+    """Per-step options of ``kdrl``: ``kd_coef`` = :func:`kdrl_coefficient` (step) when ``beta_0`` is given, else none."""
+    if beta_0 is None:
+        return {}
+    return {"kd_coef": kdrl_coefficient(step, beta_0=beta_0, beta_min=beta_min, kappa=kappa)}
+
+
+@POLICY_LOSSES.register("kdrl", inputs=("teacher_logp", "rewards", "group_ids"), option_schedule=kdrl_option_schedule)
 def kdrl_loss(
     inp: LossInputs,
     *,
@@ -57,7 +64,6 @@ def kdrl_loss(
     epsilon_high: float = 0.2,
     ratio: str = "token",
     clip_ratio_c: Optional[float] = None,
-    **_: object,
 ) -> tuple[torch.Tensor, Metrics]:
     """KDRL: PPO-clipped GRPO surrogate plus kd_coef times a reverse-KL estimate to the teacher.
 
@@ -103,16 +109,3 @@ def kdrl_loss(
         metrics["kd/mask_frac"] = masked_mean(w.expand_as(inp.mask), inp.mask)
         metrics["kd/coef"] = torch.tensor(kd_coef)
     return loss, metrics
-
-
-def _kdrl_option_schedule(step: int, **options: object) -> dict:
-    """Per-step options of ``kdrl``: kd_coef from :func:`kdrl_coefficient` when ``beta_0`` is given."""
-    if "beta_0" not in options:
-        return {}
-    keys = ("beta_0", "beta_min", "kappa")
-    return {"kd_coef": kdrl_coefficient(step, **{k: options[k] for k in keys if k in options})}
-
-
-# Trainer hooks (generic, no name branches): extra inputs this loss needs, per-step options.
-kdrl_loss.needs = ("teacher_logp",)  # type: ignore[attr-defined]
-kdrl_loss.option_schedule = _kdrl_option_schedule  # type: ignore[attr-defined]

@@ -12,7 +12,7 @@ import torch
 
 from grpokit.registry import Registry
 
-KL_ESTIMATORS = Registry("kl")
+KL_ESTIMATORS = Registry("kl", context=("clamp",))
 
 
 def _log_diff(logp: torch.Tensor, ref_logp: torch.Tensor, clamp: bool) -> torch.Tensor:
@@ -20,20 +20,20 @@ def _log_diff(logp: torch.Tensor, ref_logp: torch.Tensor, clamp: bool) -> torch.
     return d.clamp(-20.0, 20.0) if clamp else d
 
 
-@KL_ESTIMATORS.register("k1")
-def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor, *, clamp: bool = False, **_: object) -> torch.Tensor:
+@KL_ESTIMATORS.register("k1", inputs=("ref_logp",))
+def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor, *, clamp: bool = False) -> torch.Tensor:
     """k1 = logp - ref_logp (unbiased, high variance, can be negative)."""
     return -_log_diff(logp, ref_logp, clamp)
 
 
-@KL_ESTIMATORS.register("k2")
-def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor, *, clamp: bool = False, **_: object) -> torch.Tensor:
+@KL_ESTIMATORS.register("k2", inputs=("ref_logp",))
+def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor, *, clamp: bool = False) -> torch.Tensor:
     """k2 = (logp - ref_logp)^2 / 2 (biased, low variance, >= 0)."""
     return 0.5 * _log_diff(logp, ref_logp, clamp) ** 2
 
 
-@KL_ESTIMATORS.register("k3")
-def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor, *, clamp: bool = False, **_: object) -> torch.Tensor:
+@KL_ESTIMATORS.register("k3", inputs=("ref_logp",))
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor, *, clamp: bool = False) -> torch.Tensor:
     """k3 = exp(ref - logp) - (ref - logp) - 1 (unbiased, >= 0; GRPO's KL term)."""
     d = _log_diff(logp, ref_logp, clamp)
     k3 = torch.exp(d) - d - 1
@@ -41,9 +41,7 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor, *, clamp: bool = False, **
 
 
 @KL_ESTIMATORS.register("none")
-def kl_none(logp: torch.Tensor, ref_logp: torch.Tensor | None = None, **_: object) -> torch.Tensor:
+def kl_none(logp: torch.Tensor, ref_logp: torch.Tensor | None = None) -> torch.Tensor:
     """No KL term (zeros); no reference model is loaded for it."""
     return torch.zeros_like(logp)
 
-
-kl_none.needs = ()  # type: ignore[attr-defined]  # the trainer loads a reference only if needed

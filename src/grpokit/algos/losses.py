@@ -17,7 +17,15 @@ import torch
 from grpokit.algos.ratios import RATIOS
 from grpokit.registry import Registry
 
-POLICY_LOSSES = Registry("loss")
+POLICY_LOSSES = Registry(
+    "loss",
+    # groupwise: needs whole groups per micro-batch; zero_advantage_zero_gradient: a token with
+    # advantage 0 has gradient exactly 0 at every ratio (the learner may skip all-zero rows);
+    # option_schedule: fn(step, **options) -> options updated before each step's update
+    properties={"groupwise": False, "zero_advantage_zero_gradient": False, "option_schedule": None},
+    context=("epsilon_low", "epsilon_high", "ratio"),
+    option_carriers=("option_schedule",),
+)
 
 
 @dataclass
@@ -46,6 +54,7 @@ class LossInputs:
     verif_adv:     [B] advantages of the verification part (grpo_verif), no gradient
     constraint_kl: [] token-mean of old_logp - logp over the whole optimizer batch at the
                    current parameters, detached (disco's trust-region constraint D)
+    behaviour_logp: [B, T] log-probs recorded by the sampler (off-policy corrections), no gradient
     """
 
     logp: torch.Tensor
@@ -62,6 +71,7 @@ class LossInputs:
     verif_mask: Optional[torch.Tensor] = None
     verif_adv: Optional[torch.Tensor] = None
     constraint_kl: Optional[torch.Tensor] = None
+    behaviour_logp: Optional[torch.Tensor] = None
 
     def token_adv(self) -> torch.Tensor:
         """Advantages broadcast to ``[B, T]``."""
@@ -90,7 +100,7 @@ def clipped_surrogate(
     return -torch.minimum(unclipped, clipped), (clipped < unclipped).detach().to(ratio.dtype)
 
 
-@POLICY_LOSSES.register("ppo_clip")
+@POLICY_LOSSES.register("ppo_clip", zero_advantage_zero_gradient=True)
 def ppo_clip_loss(
     inp: LossInputs,
     *,
@@ -98,7 +108,6 @@ def ppo_clip_loss(
     epsilon_high: float = 0.2,
     ratio: str = "token",
     clip_ratio_c: Optional[float] = None,
-    **_: object,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate: -min(r A, clip(r, 1-eps_low, 1+eps_high) A), r = exp(logp - old).
 
@@ -132,11 +141,6 @@ def ppo_clip_loss(
         if clip_ratio_c is not None:
             metrics["clip/dual_frac"] = masked_mean(dual.float(), inp.mask)
     return loss, metrics
-
-
-# Trainer hook: a token with advantage 0 has loss 0 and gradient exactly 0 at every ratio, so the
-# learner may leave rows whose advantages are all 0 out of the forward/backward (same gradient).
-ppo_clip_loss.zero_advantage_zero_gradient = True  # type: ignore[attr-defined]
 
 
 # Variants register into POLICY_LOSSES on import; keep these imports last (they import this module).

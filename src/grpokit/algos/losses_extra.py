@@ -26,7 +26,6 @@ def cispo_loss(
     epsilon_low: float = 0.2,
     epsilon_high: float = 0.2,
     ratio: str = "token",
-    **_: object,
 ) -> tuple[torch.Tensor, Metrics]:
     """CISPO: REINFORCE weighted by a clipped, stop-gradient importance ratio, -sg(clip(r)) A logp.
 
@@ -60,7 +59,7 @@ def cispo_loss(
     return loss, metrics
 
 
-@POLICY_LOSSES.register("humanline")
+@POLICY_LOSSES.register("humanline", inputs=("ref_logp",))
 def humanline_loss(
     inp: LossInputs,
     *,
@@ -68,7 +67,6 @@ def humanline_loss(
     log_eps_r: float = 1.5,
     epsilon_low: float = 0.2,
     epsilon_high: float = 0.2,
-    **_: object,
 ) -> tuple[torch.Tensor, Metrics]:
     """Humanline-GRPO: PPO-clip on a ratio against the synced reference, log-ratio clamped to [log eps_P, log eps_R].
 
@@ -112,7 +110,7 @@ def humanline_should_sync(step: int, every: int) -> bool:
     return every > 0 and step > 0 and step % every == 0
 
 
-@POLICY_LOSSES.register("ts_grpo")
+@POLICY_LOSSES.register("ts_grpo", inputs=("plan_mask",))
 def ts_grpo_loss(
     inp: LossInputs,
     *,
@@ -122,7 +120,6 @@ def ts_grpo_loss(
     seq_epsilon_high: float = 4e-4,
     plan_weight: float = 1.0,
     answer_weight: float = 1.0,
-    **_: object,
 ) -> tuple[torch.Tensor, Metrics]:
     """TS-GRPO: token-level clipped surrogate on the planning span + GSPO sequence term on the answer span.
 
@@ -157,14 +154,13 @@ def ts_grpo_loss(
     return loss, metrics
 
 
-@POLICY_LOSSES.register("grpo_verif")
+@POLICY_LOSSES.register("grpo_verif", inputs=("verif_mask", "verif_adv"))
 def grpo_verif_loss(
     inp: LossInputs,
     *,
     alpha: float = 0.2,
     epsilon_low: float = 0.2,
     epsilon_high: float = 0.2,
-    **_: object,
 ) -> tuple[torch.Tensor, Metrics]:
     """GRPO-Verif: clipped surrogate on the solution plus alpha times the clipped surrogate on its self-verification.
 
@@ -203,4 +199,3 @@ def grpo_verif_loss(
 
 
 # Trainer hook: humanline's ratio is against the (periodically synced) reference model.
-humanline_loss.needs = ("ref_logp",)  # type: ignore[attr-defined]

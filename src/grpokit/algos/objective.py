@@ -12,6 +12,7 @@ from typing import Callable, Optional
 import torch
 
 from grpokit.algos.losses import LossInputs, masked_mean
+from grpokit.registry import call_with
 
 
 def grpo_objective(
@@ -28,6 +29,8 @@ def grpo_objective(
     kl_options: Optional[dict] = None,
     token_weights: Optional[torch.Tensor] = None,
     entropy_coef: float = 0.0,
+    correction: Optional[Callable[..., tuple[torch.Tensor, dict]]] = None,
+    correction_options: Optional[dict] = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Scalar loss of a micro-batch and its metrics (tensors, detached).
 
@@ -35,21 +38,29 @@ def grpo_objective(
     over micro-batches sums to exactly the full-batch loss. ``token_weights [B, T]`` (λ-GRPO,
     forking tokens, …) multiply the per-token policy loss; the mask stays the normaliser.
     ``entropy_coef`` adds an entropy bonus -c * H_t per token (``inp.entropy`` must carry gradient).
+    ``correction`` (off-policy / sampler mismatch): ``w [B, T] = correction(old_logp, behaviour_logp,
+    mask)`` multiplies the policy-gradient term only (not the KL or entropy terms).
+    ``loss_options`` are offered to the loss; it takes the keys its signature names (unknown user
+    keys were refused at load time).
     """
-    per_token, metrics = policy_loss(inp, **(loss_options or {}))  # [B, T]
+    per_token, metrics = call_with(policy_loss, inp, context=loss_options or {})  # [B, T]
+    if correction is not None:
+        if inp.behaviour_logp is None:
+            raise ValueError("an off-policy correction needs the sampler's log-probs (behaviour_logp)")
+        w, c_metrics = correction(inp.old_logp.detach(), inp.behaviour_logp, inp.mask, **(correction_options or {}))
+        per_token = per_token * w
+        metrics.update(c_metrics)
     if token_weights is not None:
         per_token = per_token * token_weights
     if beta > 0 and kl_estimator is not None:
-        if inp.ref_logp is None and "ref_logp" in getattr(kl_estimator, "needs", ("ref_logp",)):
-            raise ValueError("beta > 0 with this KL estimator needs ref_logp")
         ref = inp.ref_logp.detach() if inp.ref_logp is not None else None
-        kl = kl_estimator(inp.logp, ref, **(kl_options or {}))  # [B, T]
+        kl = call_with(kl_estimator, inp.logp, ref, context=kl_options or {})  # [B, T]
         per_token = per_token + beta * kl
         metrics["kl"] = masked_mean(kl.detach(), inp.mask)
     if entropy_coef and inp.entropy is not None:
         # entropy bonus: maximise H, so subtract it from the loss (needs entropy with gradient)
         per_token = per_token - entropy_coef * inp.entropy
-    loss = aggregate(per_token, inp.mask, num_seqs=num_seqs, num_tokens=num_tokens, max_len=max_len)
+    loss = call_with(aggregate, per_token, inp.mask, context={"num_seqs": num_seqs, "num_tokens": num_tokens, "max_len": max_len})
     if inp.entropy is not None:
         metrics["entropy"] = masked_mean(inp.entropy.detach(), inp.mask)
     return loss, {k: v.detach() for k, v in metrics.items()}

@@ -20,7 +20,7 @@ def perception_kl(logp: torch.Tensor, aux_logp: torch.Tensor) -> torch.Tensor:
     return torch.clamp(torch.exp(d) - d - 1.0, -10.0, 10.0)
 
 
-@POLICY_LOSSES.register("papo")
+@POLICY_LOSSES.register("papo", inputs=("aux_logp", "entropy"))
 def papo_loss(
     inp: LossInputs,
     *,
@@ -33,7 +33,6 @@ def papo_loss(
     epsilon_high: float = 0.2,
     ratio: str = "token",
     clip_ratio_c: Optional[float] = None,
-    **_: object,
 ) -> tuple[torch.Tensor, Metrics]:
     """PAPO: clipped GRPO surrogate - gamma * perception KL + eta_1 * H_orig + eta_2 * H_mask, per token.
 

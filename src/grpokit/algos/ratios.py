@@ -39,13 +39,13 @@ def broadcast_seq_ratio(logp: torch.Tensor, log_s: torch.Tensor, mask: torch.Ten
 
 
 @RATIOS.register("token")
-def token_ratio(inp: "LossInputs", **_: object) -> torch.Tensor:
+def token_ratio(inp: "LossInputs") -> torch.Tensor:
     """Token ratio r_it = exp(l_it - l^old_it) (PPO; GRPO, arXiv 2402.03300)."""
     return torch.exp(inp.logp - inp.old_logp.detach())
 
 
 @RATIOS.register("sequence")
-def sequence_ratio(inp: "LossInputs", **_: object) -> torch.Tensor:
+def sequence_ratio(inp: "LossInputs") -> torch.Tensor:
     """GSPO sequence ratio s_i = exp(mean_t (l_it - l^old_it)), broadcast to every token.
 
     "Group Sequence Policy Optimization", arXiv 2507.18071. The geometric mean of the token
@@ -55,8 +55,8 @@ def sequence_ratio(inp: "LossInputs", **_: object) -> torch.Tensor:
     return broadcast_seq_ratio(inp.logp, seq_log_ratio(inp.logp, inp.old_logp, inp.mask), inp.mask)
 
 
-@RATIOS.register("span")
-def span_ratio(inp: "LossInputs", **_: object) -> torch.Tensor:
+@RATIOS.register("span", inputs=("plan_mask",))
+def span_ratio(inp: "LossInputs") -> torch.Tensor:
     """TS-GRPO span ratio: token ratio on the planning span, sequence ratio over the answer span.
 
     Thinkquel ("A Model Dedicated to Text-to-dbt Using Synthetic Data and a Span-Aware

@@ -10,7 +10,7 @@ from grpokit.algos.losses import POLICY_LOSSES, LossInputs
 Metrics = dict[str, torch.Tensor]
 
 
-@POLICY_LOSSES.register("reg_grpo")
+@POLICY_LOSSES.register("reg_grpo", inputs=("group_ids",), groupwise=True)
 def reg_grpo_loss(
     inp: LossInputs,
     *,
@@ -18,7 +18,6 @@ def reg_grpo_loss(
     std_mode: str = "unbiased",
     length_norm: bool = False,
     skip_zero_var_groups: bool = True,
-    **_: object,
 ) -> tuple[torch.Tensor, Metrics]:
     """Reg-GRPO squared error between the GRPO advantage and the standardised sequence log-ratio.
 
@@ -70,4 +69,3 @@ def reg_grpo_loss(
 
 
 # Trainer hook: the loss forms groups inside a micro-batch, so micro-batches must hold whole groups.
-reg_grpo_loss.groupwise = True  # type: ignore[attr-defined]

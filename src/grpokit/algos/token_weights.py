@@ -16,7 +16,7 @@ import torch
 
 from grpokit.registry import Registry
 
-TOKEN_WEIGHTS = Registry("token_weights")
+TOKEN_WEIGHTS = Registry("token_weights", context=("completion_ids", "group_ids", "entropy", "rewards"))
 
 
 def _float_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -28,19 +28,18 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 @TOKEN_WEIGHTS.register("all")
-def all_tokens(mask: torch.Tensor, **_: object) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def all_tokens(mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Every valid token with weight 1: w_it = m_it (plain GRPO). ``[B, T]``."""
     m = _float_mask(mask)
     return m.clone(), {"tokens/selected_frac": torch.ones(())}
 
 
-@TOKEN_WEIGHTS.register("lambda_grpo")
+@TOKEN_WEIGHTS.register("lambda_grpo", inputs=("completion_ids", "group_ids"))
 def lambda_grpo_weights(
     mask: torch.Tensor,
     *,
     completion_ids: Optional[torch.Tensor] = None,
     group_ids: Optional[torch.Tensor] = None,
-    **_: object,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """λ-GRPO prefix-trie weights w_it = m_it / n_it, n_it = #{j in group(i): o_j,1..t = o_i,1..t}.
 
@@ -86,14 +85,13 @@ def _top_fraction(h: torch.Tensor, valid: torch.Tensor, rho: float, at_least_one
     return (rank < k[:, None]) & valid
 
 
-@TOKEN_WEIGHTS.register("forking")
+@TOKEN_WEIGHTS.register("forking", inputs=("entropy",))
 def forking_tokens(
     mask: torch.Tensor,
     *,
     entropy: Optional[torch.Tensor] = None,
     rho: float = 0.2,
     scope: str = "batch",
-    **_: object,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """SPINE forking-token mask: f_it = 1 for the top-ρ fraction highest-entropy valid tokens.
 
@@ -159,13 +157,12 @@ def _group_sum(x: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     return torch.zeros(num_groups, dtype=x.dtype, device=x.device).index_add_(0, group_ids, x)
 
 
-@TOKEN_WEIGHTS.register("variational")
+@TOKEN_WEIGHTS.register("variational", inputs=("rewards", "group_ids"))
 def variational_posterior_weights(
     mask: torch.Tensor,
     *,
     rewards: Optional[torch.Tensor] = None,
     group_ids: Optional[torch.Tensor] = None,
-    **_: object,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Forward-KL posterior weights w_it = m_it · r_i / sum_{j in group(i)} r_j (0 if the sum is 0).
 

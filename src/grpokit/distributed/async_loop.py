@@ -172,7 +172,7 @@ class AsyncTrainer(Trainer):
         else:  # the workers generate the next batches while this one is learned (k in flight: none stale)
             self._fill(min(self.max_in_flight, self.cfg.distributed.staleness))
         batch = result["batch"]
-        scores, metrics = score_batch(self.cfg, batch, self.rewards, combine=self._combine)
+        scores, metrics = score_batch(self.cfg, batch, self.rewards, combine=lambda s, b: self.combiner(s, b, self))
         if hasattr(self.sampler, "observe"):  # curricula learn each prompt's difficulty
             self._observe_groups(batch, scores)
             metrics.update(self.sampler.metrics())

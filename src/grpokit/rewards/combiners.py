@@ -27,7 +27,11 @@ import torch
 
 from grpokit.registry import Registry
 
-COMBINERS = Registry("combiner")
+COMBINERS = Registry(
+    "combiner",
+    properties={"make_state": None},  # a state factory: the trainer creates, passes and checkpoints the state
+    context=("weights", "state", "objective_grads", "validation", "lr"),
+)
 
 
 def group_zscore(
@@ -44,8 +48,7 @@ def group_zscore(
     x = scores.to(torch.float64)
     valid = ~x.isnan()
     xv = torch.nan_to_num(x, nan=0.0)
-    _, idx = torch.unique(torch.as_tensor(group_ids), return_inverse=True)  # [B] in 0..n_groups-1
-    idx = idx.to(x.device)
+    _, idx = torch.unique(torch.as_tensor(group_ids, device=x.device), return_inverse=True)  # [B] in 0..n_groups-1
     num = int(idx.max()) + 1 if idx.numel() else 0
     zeros = torch.zeros(num, x.shape[1], dtype=x.dtype, device=x.device)
     count = zeros.index_add(0, idx, valid.to(x.dtype))  # [n_groups, K]
@@ -63,10 +66,10 @@ def group_zscore(
 
 
 def _check(scores: torch.Tensor, weights: Any, name: str) -> torch.Tensor:
-    """``weights`` as a float64 ``[K]`` tensor matching ``scores [B, K]``; one-line errors otherwise."""
+    """``weights`` as a float64 ``[K]`` tensor matching ``scores [B, K]`` (on its device); one-line errors otherwise."""
     if scores.dim() != 2:
         raise ValueError(f"combiner '{name}': scores must be [B, K], got shape {tuple(scores.shape)}")
-    w = torch.as_tensor(weights, dtype=torch.float64).flatten()
+    w = torch.as_tensor(weights, dtype=torch.float64, device=scores.device).flatten()
     if w.numel() != scores.shape[1]:
         raise ValueError(
             f"combiner '{name}': {w.numel()} weights for {scores.shape[1]} objectives; give one weight per reward"
@@ -79,7 +82,7 @@ def _weighted(
 ) -> torch.Tensor:
     """Σ_k w_k s_k (NaN → 0), on per-objective group z-scores when ``normalize``; ``[B]`` float32."""
     s = group_zscore(scores, group_ids, std_mode, std_eps) if normalize else scores
-    return (torch.nan_to_num(s.to(torch.float64), nan=0.0) @ w).to(torch.float32)
+    return (torch.nan_to_num(s.to(torch.float64), nan=0.0) @ w.to(s.device)).to(torch.float32)
 
 
 def _weight_metrics(w: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -87,7 +90,7 @@ def _weight_metrics(w: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 @COMBINERS.register("fixed")
-def fixed(scores, group_ids, *, weights, state=None, **_: Any):
+def fixed(scores, group_ids, *, weights, state=None):
     """Weighted sum r_i = Σ_k w_k s_ik with fixed weights (NaN scores count as 0).
 
     E.g. CRPO (Clinical-R1, arXiv 2512.00601): r = 10·r_acc + r_fmt + 0.5·r_lang; HydroX
@@ -99,7 +102,7 @@ def fixed(scores, group_ids, *, weights, state=None, **_: Any):
 
 @COMBINERS.register("normalize_sum")
 def normalize_sum(
-    scores, group_ids, *, weights, state=None, std_mode: str = "unbiased", std_eps: float = 1e-6, **_: Any
+    scores, group_ids, *, weights, state=None, std_mode: str = "unbiased", std_eps: float = 1e-6
 ):
     """Weighted sum of per-objective group z-scores r_i = Σ_k w_k (s_ik − μ_gk)/(σ_gk + eps).
 
@@ -145,9 +148,9 @@ class HypervolumeState:
     rewards (1 until a second validation arrives).
     """
 
-    weights: torch.Tensor = field(default_factory=lambda: torch.zeros(0))  # [K], fixed user weights
+    weights: torch.Tensor = field(default_factory=lambda: torch.zeros(0, device="cpu"))  # [K], fixed user weights
     maximize: list[bool] = field(default_factory=list)  # [M]
-    buffer: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 0, dtype=torch.float64))  # [N, M]
+    buffer: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 0, dtype=torch.float64, device="cpu"))  # [N, M]
     multiplier: float = 1.0
     delta_hv: float = 0.0
 
@@ -157,14 +160,14 @@ class HypervolumeState:
         The first vector becomes the reference (row 0) and leaves m = 1. ``maximize [M]`` is
         read on the first call only (default all True); minimised metrics are negated.
         """
-        p = torch.as_tensor(validation, dtype=torch.float64).flatten()
+        p = torch.as_tensor(validation, dtype=torch.float64, device="cpu").flatten()  # a few numbers: the buffer lives on CPU
         if not self.maximize:
             self.maximize = [True] * p.numel() if maximize is None else [bool(m) for m in maximize]
         if len(self.maximize) != p.numel():
             raise ValueError(
                 f"hypervolume: validation has {p.numel()} metrics but maximize has {len(self.maximize)}"
             )
-        p = torch.where(torch.tensor(self.maximize), p, -p)
+        p = torch.where(torch.tensor(self.maximize, device=p.device), p, -p)
         if self.buffer.numel() == 0:
             self.buffer = p[None].clone()  # the initial model: reference point, m stays 1
             return
@@ -180,16 +183,16 @@ class HypervolumeState:
                 "multiplier": self.multiplier, "delta_hv": self.delta_hv}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.weights = torch.as_tensor(state["weights"], dtype=torch.float64).clone()
+        self.weights = torch.as_tensor(state["weights"], dtype=torch.float64, device="cpu").clone()
         self.maximize = [bool(m) for m in state["maximize"]]
-        self.buffer = torch.as_tensor(state["buffer"], dtype=torch.float64).clone()
+        self.buffer = torch.as_tensor(state["buffer"], dtype=torch.float64, device="cpu").clone()
         self.multiplier, self.delta_hv = float(state["multiplier"]), float(state["delta_hv"])
 
 
-@COMBINERS.register("hypervolume")
+@COMBINERS.register("hypervolume", inputs=("validation",), make_state=HypervolumeState)
 def hypervolume_combiner(
     scores, group_ids, *, weights, state: Optional[HypervolumeState] = None, validation=None, maximize=None,
-    normalize: bool = False, std_mode: str = "unbiased", std_eps: float = 1e-6, **_: Any,
+    normalize: bool = False, std_mode: str = "unbiased", std_eps: float = 1e-6,
 ):
     """Hypervolume-guided reward r_i = m · Σ_k w_k s_ik, m = 0.5 + 1.5·tanh(ΔHV), user weights w fixed.
 
@@ -211,9 +214,9 @@ def hypervolume_combiner(
     reward = state.multiplier * _weighted(scores, group_ids, w, normalize, std_mode, std_eps)
     metrics = {
         **_weight_metrics(w),
-        "combiner/meta_reward": torch.tensor(state.multiplier),
-        "combiner/delta_hv": torch.tensor(state.delta_hv),
-        "combiner/pareto_size": torch.tensor(float(state.buffer.shape[0])),
+        "combiner/meta_reward": torch.tensor(state.multiplier, device="cpu"),
+        "combiner/delta_hv": torch.tensor(state.delta_hv, device="cpu"),
+        "combiner/pareto_size": torch.tensor(float(state.buffer.shape[0]), device="cpu"),
     }
     return reward, state, metrics
 
@@ -225,8 +228,8 @@ def hypervolume_combiner(
 class MirrorDescentState:
     """Simplex weights and the influence accumulated since the last update (spec variants-a §11.2)."""
 
-    weights: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))  # [K], on the simplex
-    influence_sum: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))  # [K]
+    weights: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64, device="cpu"))  # [K], on the simplex
+    influence_sum: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64, device="cpu"))  # [K]
     accumulated: int = 0
     updates: int = 0
 
@@ -235,8 +238,8 @@ class MirrorDescentState:
                 "accumulated": self.accumulated, "updates": self.updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.weights = torch.as_tensor(state["weights"], dtype=torch.float64).clone()
-        self.influence_sum = torch.as_tensor(state["influence_sum"], dtype=torch.float64).clone()
+        self.weights = torch.as_tensor(state["weights"], dtype=torch.float64, device="cpu").clone()
+        self.influence_sum = torch.as_tensor(state["influence_sum"], dtype=torch.float64, device="cpu").clone()
         self.accumulated, self.updates = int(state["accumulated"]), int(state["updates"])
 
 
@@ -246,11 +249,11 @@ def gradient_influence(objective_grads: torch.Tensor) -> torch.Tensor:
     return g @ g.sum(0)
 
 
-@COMBINERS.register("mirror_descent")
+@COMBINERS.register("mirror_descent", inputs=("objective_grads",), make_state=MirrorDescentState)
 def mirror_descent(
     scores, group_ids, *, weights, state: Optional[MirrorDescentState] = None, objective_grads=None, influence=None,
     lr: float = 1e-6, rho: float = 1e-5, accumulation_steps: int = 1, normalize: bool = False,
-    std_mode: str = "unbiased", std_eps: float = 1e-6, **_: Any,
+    std_mode: str = "unbiased", std_eps: float = 1e-6,
 ):
     """Gradient-weighted reward r_i = Σ_k w_k s_ik with w ← softmax(log w + lr · Ī / ρ) on the simplex.
 
@@ -274,10 +277,11 @@ def mirror_descent(
             raise ValueError("mirror_descent: initial weights must all be > 0 (they live on the simplex)")
         state.weights, state.influence_sum = w0 / w0.sum(), torch.zeros_like(w0)
     if objective_grads is not None:
-        influence = gradient_influence(torch.as_tensor(objective_grads))
+        grads = objective_grads if isinstance(objective_grads, torch.Tensor) else torch.tensor(objective_grads, device="cpu")
+        influence = gradient_influence(grads)  # [K] on the gradients' device, moved to the state's below
     metrics: dict[str, torch.Tensor] = {}
     if influence is not None:
-        step_influence = torch.as_tensor(influence, dtype=torch.float64).flatten()
+        step_influence = torch.as_tensor(influence, dtype=torch.float64, device=state.weights.device).flatten()
         if step_influence.numel() != state.weights.numel():
             raise ValueError(
                 f"mirror_descent: influence has {step_influence.numel()} entries "
@@ -295,20 +299,10 @@ def mirror_descent(
     return reward, state, {**_weight_metrics(state.weights), **metrics}
 
 
-# Stateful combiners expose a state factory (the trainer creates, passes and checkpoints it).
-hypervolume_combiner.make_state = HypervolumeState  # type: ignore[attr-defined]
-mirror_descent.make_state = MirrorDescentState  # type: ignore[attr-defined]
 
 
 def new_combiner_state(name: str) -> Optional[HypervolumeState | MirrorDescentState]:
     """An empty state for combiner ``name`` (to ``load_state_dict`` into on resume); None if stateless."""
-    make_state = getattr(COMBINERS.get(name), "make_state", None)  # unknown names raise with the valid list
+    make_state = COMBINERS.spec(name).make_state  # unknown names raise with the valid list
     return make_state() if make_state is not None else None
 
-
-# Trainer hook: this combiner wants per-objective policy gradients each step.
-mirror_descent.needs = ("objective_grads",)  # type: ignore[attr-defined]
-# Trainer hook: the trainer passes a per-objective "validation" vector each step; it uses the
-# batch's mean score per objective, an online stand-in for the paper's periodic validation
-# set [inferred].
-hypervolume_combiner.needs = ("validation",)  # type: ignore[attr-defined]

@@ -16,7 +16,8 @@ from grpokit.algos.filters import dynamic_sampling, overlong_punishment
 from grpokit.config.schema import Config
 from grpokit.data.sampler import PromptSampler
 from grpokit.rewards import NamedReward, RewardScores, score_completions
-from grpokit.rollout.types import GenerationBackend, RolloutBatch, SamplingParams, concat_batches, renumber_groups
+from grpokit.policies.base import Policy
+from grpokit.rollout.types import RolloutBatch, SamplingParams, concat_batches, renumber_groups
 
 
 def select_scores(scores: RewardScores, index: torch.Tensor) -> RewardScores:
@@ -40,12 +41,12 @@ def concat_scores(parts: list[RewardScores]) -> RewardScores:
 
 
 def _sample_and_score(
-    cfg: Config, backend: GenerationBackend, rows: list[dict], render: Callable, rewards: list[NamedReward],
+    cfg: Config, policy: Policy, rows: list[dict], render: Callable, rewards: list[NamedReward],
     combine: Optional[Callable] = None,
 ) -> tuple[RolloutBatch, RewardScores, dict[str, float]]:
     r = cfg.rollout
     params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, min_new_tokens=r.min_new_tokens)
-    batch = backend.generate(render(rows), rows, r.group_size, params)
+    batch = policy.sample(render(rows), rows, r.group_size, params)
     return (batch, *score_batch(cfg, batch, rewards, combine))
 
 
@@ -72,7 +73,7 @@ def score_batch(
 
 def collect_batch(
     cfg: Config,
-    backend: GenerationBackend,
+    policy: Policy,
     sampler: "PromptSampler",
     render: Callable[[list[dict]], list[str]],
     rewards: list[NamedReward],
@@ -82,11 +83,11 @@ def collect_batch(
     """One step's scored batch of ``prompts_per_step`` groups (fewer if dynamic sampling runs dry)."""
     n = cfg.rollout.prompts_per_step
     if not cfg.algorithm.dynamic_sampling:
-        return _sample_and_score(cfg, backend, sampler.next_batch(n), render, rewards, combine)
+        return _sample_and_score(cfg, policy, sampler.next_batch(n), render, rewards, combine)
     kept_batches, kept_scores, metrics = [], [], {}
     kept_groups = rounds = sampled_groups = 0
     while kept_groups < n and rounds < cfg.algorithm.max_sampling_rounds:
-        batch, scores, metrics = _sample_and_score(cfg, backend, sampler.next_batch(n), render, rewards, combine)
+        batch, scores, metrics = _sample_and_score(cfg, policy, sampler.next_batch(n), render, rewards, combine)
         keep, _ = dynamic_sampling(scores.total, batch.group_ids)
         rounds += 1
         sampled_groups += n

@@ -1,14 +1,14 @@
-"""The learning half of a step: micro-batched forward/backward of the GRPO objective.
+"""The learning half of a step: micro-batched forward/backward of the objective on a LearnBatch.
 
-A rollout batch of B rows is cut into micro-batches; each is trimmed of all-pad columns,
-scored by the policy (and the reference when beta > 0), and its loss is normalised by the
-whole batch's sequence and token counts, so accumulating gradients over micro-batches gives
-exactly the full-batch gradient.
+The full batch of B rows is cut into micro-batches; each is trimmed of all-pad columns, scored by
+the policy with gradient, and its loss is normalised by the whole batch's sequence and unit
+counts, so accumulating gradients over micro-batches gives exactly the full-batch gradient.
+Everything a loss reads comes from the typed :class:`~grpokit.trainer.learn_batch.LearnBatch`;
+the policy family decides how its units' log-probs are computed and back-propagated.
 """
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -17,10 +17,9 @@ import torch
 from grpokit.algos.losses import LossInputs
 from grpokit.algos.objective import grpo_objective
 from grpokit.model.grad_sinks import in_place_embedding_grads
-from grpokit.model.logprobs import PromptStage, completion_logprobs
-from grpokit.model.streambp import streamed_backward, streamed_forward
+from grpokit.policies.base import Policy
 from grpokit.rollout.types import RolloutBatch
-
+from grpokit.trainer.learn_batch import LearnBatch
 
 @dataclass
 class Objective:
@@ -36,8 +35,8 @@ class Objective:
     entropy_coef: float = 0.0
     entropy_band_coef: float = 0.0
     entropy_band_quantiles: tuple = (0.1, 0.5)
-    sequence_chunk: int = 0  # StreamBP: > 0 backprops each micro-batch in chunks of this many tokens
-    activation_checkpointing: bool = False  # recompute decoder layers in the backward pass
+    correction: Optional[Callable] = None  # off-policy correction weight of the policy-gradient term
+    correction_options: Optional[dict] = None
 
     @classmethod
     def from_config(cls, cfg, policy_loss: Callable) -> "Objective":
@@ -56,8 +55,7 @@ class Objective:
             entropy_band_coef=algo.entropy_band_coef,
             entropy_band_quantiles=tuple(algo.entropy_band_quantiles),
             max_len=cfg.rollout.max_new_tokens,
-            sequence_chunk=cfg.train.sequence_chunk,
-            activation_checkpointing=cfg.train.activation_checkpointing,
+            correction_options=dict(algo.correction_options),
         )
 
 
@@ -117,61 +115,22 @@ def micro_batches(
     return [(order[s : s + size], trim(batch.select(order[s : s + size]))) for s in range(0, len(order), size)]
 
 
-@torch.no_grad()
-def score_logprobs(
-    model: torch.nn.Module, parts: list[tuple[slice, RolloutBatch]], temperature: float, ctx=None
-) -> list[torch.Tensor]:
-    """Log-probs ``[b, t]`` of every micro-batch under ``model`` without gradient (old or ref policy)."""
-    out = []
-    with ctx if ctx is not None else nullcontext():
-        for _, mb in parts:
-            logp, _ = completion_logprobs(
-                model, mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask,
-                group_ids=mb.group_ids, temperature=temperature,
-            )
-            out.append(logp)
-    return out
-
-
 def accumulate_gradients(
-    model: torch.nn.Module,
-    parts: list[tuple[slice, RolloutBatch]],
-    adv: torch.Tensor,
-    loss_mask: torch.Tensor,
-    objective: Objective,
-    *,
-    temperature: float,
-    old_logps: Optional[list[torch.Tensor]] = None,
-    ref_logps: Optional[list[torch.Tensor]] = None,
-    teacher_logps: Optional[list[torch.Tensor]] = None,
-    token_weights: Optional[torch.Tensor] = None,
-    rewards: Optional[torch.Tensor] = None,
-    plan_mask: Optional[torch.Tensor] = None,
-    constraint_kl: Optional[torch.Tensor] = None,
-    verif_mask: Optional[torch.Tensor] = None,
-    num_seqs: Optional[float] = None,
-    want_entropy: bool = True,
+    policy: Policy, parts: list[tuple[torch.Tensor, RolloutBatch]], lb: LearnBatch, objective: Objective,
+    *, want_entropy: bool = True,
 ) -> dict[str, float]:
-    """Backward the objective over all micro-batches (gradients accumulate in ``.grad``).
+    """Backward the objective over all micro-batches ``parts`` of ``lb`` (gradients accumulate in ``.grad``).
 
-    adv: [B] advantages; loss_mask: [B, T_full] (completion mask, possibly minus truncated rows);
-    token_weights: [B, T_full] multiplies the per-token loss (the mask stays the denominator);
-    rewards: [B] scalar rewards, for losses that use them.
-    Returns metrics averaged over micro-batches, weighted by their token counts.
+    Returns metrics averaged over micro-batches, weighted by their loss-unit counts.
     """
-    num_seqs = num_seqs if num_seqs is not None else float(len(adv))
-    num_tokens = float(loss_mask.sum().clamp(min=1))
-    total_forks = float(((token_weights * loss_mask) > 0).sum().clamp(min=1)) if token_weights is not None else 1.0
+    num_seqs = lb.num_seqs if lb.num_seqs is not None else float(len(lb))
+    num_tokens = lb.num_tokens
+    total_forks = float(((lb.token_weights * lb.mask) > 0).sum().clamp(min=1)) if lb.token_weights is not None else 1.0
     totals: dict[str, float] = {"loss": 0.0}  # 0 when every row was left out (all advantages 0)
     weight_sum = 0.0
-    for k, (rows, mb) in enumerate(parts):
-        with in_place_embedding_grads(model):
-            metrics, loss, w = _micro_batch(
-                model, k, rows, mb, adv, loss_mask, objective, temperature=temperature, old_logps=old_logps,
-                ref_logps=ref_logps, teacher_logps=teacher_logps, token_weights=token_weights, rewards=rewards,
-                plan_mask=plan_mask, constraint_kl=constraint_kl, verif_mask=verif_mask, num_seqs=num_seqs,
-                num_tokens=num_tokens, total_forks=total_forks, want_entropy=want_entropy,
-            )
+    for rows, mb in parts:
+        with in_place_embedding_grads(policy.module):
+            metrics, loss, w = _micro_batch(policy, rows, mb, lb, objective, num_seqs, num_tokens, total_forks, want_entropy)
         weight_sum += w
         totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
         for key, value in metrics.items():
@@ -179,71 +138,33 @@ def accumulate_gradients(
     return {k: (v if k == "loss" else v / max(weight_sum, 1.0)) for k, v in totals.items()}
 
 
-def _micro_batch(model, k, rows, mb, adv, loss_mask, objective, *, temperature, old_logps, ref_logps, teacher_logps,
-                 token_weights, rewards, plan_mask, constraint_kl, verif_mask, num_seqs, num_tokens, total_forks,
-                 want_entropy):
-    """Forward, objective and backward of micro-batch ``k``: (metrics, loss, its loss-token count)."""
-    t = mb.completion_ids.shape[1]
-    mask = loss_mask[rows, :t].to(torch.float32)
+def _micro_batch(policy, rows, mb, lb: LearnBatch, objective: Objective, num_seqs, num_tokens, total_forks, want_entropy):
+    """Forward, objective and backward of one micro-batch: (metrics, loss, its loss-unit count)."""
+    u = mb.completion_ids.shape[1]
+    fields = lb.micro(rows, u)
+    mask = fields.pop("mask").to(torch.float32)
     entropy_grad = objective.entropy_coef > 0 or objective.entropy_band_coef > 0
-    tensors = (mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask)
-    stream = None
-    if objective.sequence_chunk > 0:  # phase 1 of StreamBP: no-grad log-probs as leaves
-        logp, entropy, stream = streamed_forward(
-            model, *tensors, group_ids=mb.group_ids, chunk=objective.sequence_chunk,
-            temperature=temperature, with_entropy=want_entropy or entropy_grad,
-        )
-        logp.requires_grad_()
-        if entropy is not None and entropy_grad:
-            entropy.requires_grad_()
-    else:
-        prompt_stage = PromptStage()  # the shared prompt's graph is back-propagated second
-        logp, entropy = completion_logprobs(
-            model, *tensors, group_ids=mb.group_ids, temperature=temperature,
-            with_entropy=want_entropy, entropy_grad=entropy_grad, checkpoint=objective.activation_checkpointing,
-            prompt_stage=prompt_stage,
-        )
+    fwd = policy.learn_forward(mb, with_entropy=want_entropy, entropy_grad=entropy_grad)
+    weights = fields.pop("token_weights")
+    old = fields.pop("old_logp")
+    for name in ("plan_mask", "verif_mask"):
+        if fields[name] is not None:
+            fields[name] = fields[name].to(torch.float32)
     inp = LossInputs(
-        logp=logp,
-        old_logp=old_logps[k] if old_logps is not None else logp.detach(),
-        adv=adv[rows],
-        mask=mask,
-        ref_logp=ref_logps[k] if ref_logps is not None else None,
-        entropy=entropy,
-        teacher_logp=teacher_logps[k] if teacher_logps is not None else None,
-        group_ids=mb.group_ids,
-        rewards=rewards[rows] if rewards is not None else None,
-        plan_mask=plan_mask[rows, :t].to(torch.float32) if plan_mask is not None else None,
-        constraint_kl=constraint_kl,
-        verif_mask=verif_mask[rows, :t].to(torch.float32) if verif_mask is not None else None,
+        logp=fwd.logp, old_logp=old if old is not None else fwd.logp.detach(), mask=mask, entropy=fwd.entropy,
+        group_ids=mb.group_ids, **fields,
     )
     loss, metrics = grpo_objective(
-        inp,
-        policy_loss=objective.policy_loss,
-        aggregate=objective.aggregate,
-        kl_estimator=objective.kl_estimator,
-        beta=objective.beta,
-        loss_options=objective.loss_options,
-        num_seqs=num_seqs,
-        num_tokens=num_tokens,
-        max_len=objective.max_len,
-        kl_options=objective.kl_options,
-        entropy_coef=objective.entropy_coef,
-        token_weights=token_weights[rows, :t] if token_weights is not None else None,
+        inp, policy_loss=objective.policy_loss, aggregate=objective.aggregate, kl_estimator=objective.kl_estimator,
+        beta=objective.beta, loss_options=objective.loss_options, num_seqs=num_seqs, num_tokens=num_tokens,
+        max_len=objective.max_len, kl_options=objective.kl_options, entropy_coef=objective.entropy_coef,
+        token_weights=weights, correction=objective.correction, correction_options=objective.correction_options,
     )
-    if objective.entropy_band_coef > 0 and entropy is not None and token_weights is not None:
-        band, band_metrics = _entropy_band(entropy, token_weights[rows, :t] * mask, objective, total_forks)
+    if objective.entropy_band_coef > 0 and fwd.entropy is not None and weights is not None:
+        band, band_metrics = _entropy_band(fwd.entropy, weights * mask, objective, total_forks)
         loss = loss + band
         metrics.update(band_metrics)
-    if stream is None:
-        loss.backward()
-        prompt_stage.backward()
-    else:  # StreamBP: dL/dlogp (and dL/dH) from the objective, then the model chunk by chunk
-        leaves = [logp] + ([entropy] if entropy_grad and entropy is not None else [])
-        grads = torch.autograd.grad(loss, leaves, allow_unused=True)
-        g_logp = grads[0] if grads[0] is not None else torch.zeros_like(logp)
-        g_ent = grads[1] if len(grads) > 1 else None
-        streamed_backward(model, *tensors, g_logp, stream, grad_entropy=g_ent, temperature=temperature)
+    fwd.backward(loss)
     return metrics, loss, float(mask.sum())
 
 
@@ -262,28 +183,29 @@ def _entropy_band(entropy: torch.Tensor, forks: torch.Tensor, objective: Objecti
 
 
 def objective_gradients(
-    model: torch.nn.Module,
+    policy: Policy,
     parts: list[tuple[torch.Tensor, RolloutBatch]],
+    lb: LearnBatch,
     matrix: torch.Tensor,
     options: dict,
     *,
-    loss_mask: torch.Tensor,
     advantages: Callable[[torch.Tensor], torch.Tensor],
     objective: Objective,
-    temperature: float,
     zero_grad: Callable[[], None],
 ) -> torch.Tensor:
     """``[K, P]``: the policy-loss gradient with each objective's own advantage (arXiv 2509.11452).
 
-    matrix: [B, K] per-objective rewards; loss_mask: [B, T]; advantages maps a [B] reward column
-    to [B] advantages.
+    matrix: [B, K] per-objective rewards; lb: the batch (its ``adv`` is replaced per objective);
+    advantages maps a [B] reward column to [B] advantages.
     Restricted to parameters whose name matches ``grad_param_pattern`` (default: the layers
     from 1/3 to 5/6 of the depth, as the authors' 10-25 of 36) and to the first
     ``grad_micro_batches`` micro-batches (K extra backward passes: the price of this combiner).
     Gradients are cleared before and after.
     """
+    import dataclasses
     import re
 
+    model = policy.module
     if "grad_param_pattern" in options:
         pattern = re.compile(options["grad_param_pattern"])
         keep = lambda name: bool(pattern.search(name))  # noqa: E731
@@ -298,10 +220,8 @@ def objective_gradients(
     grads = []
     model.train()
     for k in range(matrix.shape[1]):
-        adv = advantages(matrix[:, k])
         zero_grad()
-        accumulate_gradients(model, parts, adv, loss_mask, objective,
-                             temperature=temperature, want_entropy=False)
+        accumulate_gradients(policy, parts, dataclasses.replace(lb, adv=advantages(matrix[:, k])), objective, want_entropy=False)
         grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params]))
     zero_grad()
     return torch.stack(grads)

@@ -127,3 +127,102 @@ def teacher_model(cfg: Config, tokenizer: Any) -> torch.nn.Module:
     for p in teacher.parameters():
         p.requires_grad_(False)
     return teacher.eval()
+
+
+def check_device(cfg: Config) -> None:
+    """Raise the one-line device error of ``model.device`` / ``model.dtype`` before any model is loaded."""
+    from grpokit.devices import resolve_device, resolve_dtype
+
+    resolve_dtype(cfg.model.dtype, resolve_device(cfg.model.device))
+
+
+def place_policy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
+    """The policy on ``model.device`` in ``model.dtype`` (one-line error when the device is not there)."""
+    from grpokit.devices import resolve_device, resolve_dtype
+
+    device = resolve_device(cfg.model.device)
+    dtype = resolve_dtype(cfg.model.dtype, device)
+    first = next(model.parameters())
+    if first.device != device or (first.dtype != dtype and first.is_floating_point()):
+        model = model.to(device=device, dtype=dtype)
+    return model
+
+
+def build_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, learners: Any, needs_ref: bool, needs_teacher: bool):
+    """The run's :class:`~grpokit.policies.causal_lm.CausalLMPolicy`: sampler, reference and teacher on the policy's device."""
+    from grpokit.policies.causal_lm import CausalLMPolicy
+    from grpokit.rollout import make_backend
+    from grpokit.rollout.hf import HFBackend
+
+    if learners.is_main:
+        backend = make_backend(cfg.rollout, model, tokenizer, seed=cfg.train.seed)
+    else:  # only rank 0 samples; other learners keep an idle in-process backend for its pad / EOS ids
+        backend = HFBackend(model, tokenizer)
+    device = next(model.parameters()).device
+    teacher = teacher_model(cfg, tokenizer).to(device) if needs_teacher else None
+    return CausalLMPolicy(
+        model, tokenizer, backend, reference=reference_model(model, cfg, needs_ref), teacher=teacher,
+        temperature=cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0,
+        sequence_chunk=cfg.train.sequence_chunk, checkpoint=cfg.train.activation_checkpointing, use_reference=needs_ref,
+    )
+
+
+def new_state(registry_spec: Any) -> Any:
+    """The persistent state a registered method declares (``make_state``), or None."""
+    make_state = registry_spec.make_state
+    return make_state() if make_state is not None else None
+
+
+def accuracy_judge(cfg: Config, rewards: list[NamedReward]) -> NamedReward:
+    """The reward whose value (1 = correct) is the run's accuracy (``eval.accuracy_reward``, else the first)."""
+    judge = cfg.eval.accuracy_reward or rewards[0].name
+    matches = [r for r in rewards if r.name == judge]
+    if not matches:
+        raise ValueError(f"eval.accuracy_reward '{judge}' is not one of the run's rewards: {[r.name for r in rewards]}")
+    return matches[0]
+
+
+def filter_train_rows(cfg: Config, trainer: Any) -> list[dict]:
+    """Training rows after the data stages that need the initial policy (the offline difficulty filter)."""
+    rows = trainer.splits.train
+    if not cfg.data.offline_filter_samples:
+        return rows
+    from grpokit.data.offline_filter import offline_difficulty_filter
+
+    return trainer.learners.on_main(
+        lambda: offline_difficulty_filter(cfg, trainer.backend, rows, trainer._prompt_texts, trainer.judge)
+    )
+
+
+def batch_stages(cfg: Config) -> list:
+    """The stages that reshape or annotate a step's LearnBatch, in order, as the config enables them."""
+    from grpokit.trainer.stages import PlanSpans, ReferenceSync, SelfVerification
+
+    stages: list = []
+    if cfg.verification.enabled:
+        stages.append(SelfVerification())
+    if cfg.algorithm.plan_delimiter:
+        stages.append(PlanSpans(cfg.algorithm.plan_delimiter))
+    if cfg.algorithm.ref_sync_every:
+        stages.append(ReferenceSync(cfg.algorithm.ref_sync_every))
+    return stages
+
+
+def correction_for(cfg: Config, batch: Any, step: int) -> tuple[Any, dict[str, float]]:
+    """(correction function or None, metrics) for a batch sampled with weights ``batch.weights_version`` by ``batch.engine``.
+
+    ``algorithm.correction: auto`` corrects exactly the batches that were not sampled by the
+    learner's current weights in-process: stale ones (asynchronous rollout workers, k >= 1) and
+    engine-generated ones (vLLM); an on-policy in-process batch is left as it is.
+    """
+    from grpokit.registries import get_registry
+
+    stale = batch.weights_version >= 0 and batch.weights_version != step
+    off_policy = stale or batch.engine != "hf"
+    name = cfg.algorithm.correction
+    if name == "auto":
+        name = "decoupled" if off_policy else "none"
+    metrics = {"offpolicy/staleness": float(step - batch.weights_version) if batch.weights_version >= 0 else 0.0} if off_policy else {}
+    if name == "none":
+        return None, metrics
+    return get_registry("correction").get(name), metrics

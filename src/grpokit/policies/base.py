@@ -1,0 +1,88 @@
+"""The Policy interface: sample G trajectories per prompt, score their learnable units ``[B, U]``.
+
+Every policy family (text causal LM today; vision-language, masked-diffusion and flow-matching
+policies next) is "a stochastic generator whose sample decomposes into U scored units". The
+trainer never needs to know what a unit is (a token, a turn's token, a denoising or unmasking
+step): it needs per-unit log-probs ``[B, U]`` with a unit mask, with and without gradient, and a
+statement of what the family can and cannot give (:class:`Capabilities`), read at load time
+instead of guessed. Rewards, advantages, losses and aggregation are the pure functions of
+``grpokit.algos`` and see only ``[B, U]`` tensors. See docs/policies.md for a worked example of
+adding a family.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, Protocol
+
+import torch
+
+from grpokit.rollout.types import RolloutBatch, SamplingParams
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a policy family provides; the trainer and the load-time checks read these.
+
+    unit_kind:                 'token', 'denoise_step', 'unmask_step' or 'sequence'
+    entropy:                   per-unit entropies come with sampling and scoring (SPINE, PAPO, bonuses)
+    behaviour_logprobs_exact:  the sampler's recorded log-probs are those of the distribution that
+                               drew each unit (else the trainer must rescore with behaviour weights)
+    logprob_is_surrogate:      log-probs are an estimator (d1 / ESPO), not the sampling probability
+    units_share_one_forward:   all units of a sample come from one forward (tokens) rather than one
+                               forward per unit (denoising steps)
+    prompt_kv_sharing:         a group's rows share one prompt forward in sampling and learning
+    condition_override:        ``score`` accepts a transformed condition (PAPO's masked image)
+    engine:                    what samples: 'hf' (the learner's own module) or an inference engine
+                               ('vllm'), whose numerics differ from the learner's at equal weights
+    """
+
+    unit_kind: str = "token"
+    entropy: bool = True
+    behaviour_logprobs_exact: bool = True
+    logprob_is_surrogate: bool = False
+    units_share_one_forward: bool = True
+    prompt_kv_sharing: bool = True
+    condition_override: bool = False
+    engine: str = "hf"
+
+
+@dataclass
+class UnitForward:
+    """Per-unit log-probs of one micro-batch with gradient, and how to back-propagate a loss of them.
+
+    logp:     [b, U] log pi_theta of each sampled unit (carries gradient, or is a leaf the
+              policy back-propagates itself)
+    entropy:  [b, U] or None
+    backward: ``backward(loss)`` back-propagates a scalar loss built from ``logp`` / ``entropy``
+              into the policy's parameters (a family may stage it: shared-prompt second stage,
+              sequence chunks, one forward per denoising step)
+    """
+
+    logp: torch.Tensor
+    entropy: Optional[torch.Tensor]
+    backward: Callable[[torch.Tensor], None]
+
+
+class Policy(Protocol):
+    """What the trainer needs from a policy family (see the module docstring)."""
+
+    capabilities: Capabilities
+    module: torch.nn.Module  # the trained module (parameters, train/eval, checkpoints)
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def sample(self, prompts: list[str], rows: list[dict[str, Any]], group_size: int, params: SamplingParams) -> RolloutBatch:
+        """G trajectories per condition, prompt-major, with behaviour log-probs and a unit mask."""
+
+    def score(self, mb: RolloutBatch, role: str = "current") -> torch.Tensor:
+        """``[b, U]`` unit log-probs without gradient under ``role``: 'current', 'reference' or 'teacher'."""
+
+    def learn_forward(self, mb: RolloutBatch, *, with_entropy: bool, entropy_grad: bool) -> UnitForward:
+        """Unit log-probs of a micro-batch with gradient, and the matching ``backward``."""
+
+    def has_role(self, role: str) -> bool:
+        """Whether ``score(..., role)`` can be served (a reference or a teacher is held)."""
+
+    def trainable_parameters(self) -> Iterator[torch.nn.Parameter]: ...

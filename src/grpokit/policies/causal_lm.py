@@ -1,0 +1,129 @@
+"""The text causal-LM family: tokens are the units; all of today's CPU fast paths live here.
+
+Sampling goes through a generation backend (in-process transformers with a shared prompt KV
+cache and, on CPU, the fused decoder; or vLLM). Scoring is one forward per micro-batch with the
+prompt encoded once per group and a chunked log-softmax head; learning adds the two-stage
+backward of the shared prompt (``PromptStage``) or StreamBP's sequence-chunked exact backward
+("StreamBP: Memory-Efficient Exact Backpropagation for Long Sequence Training of LLMs",
+arXiv 2506.03077) and activation checkpointing.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any, Iterator, Optional
+
+import torch
+
+from grpokit.model.logprobs import PromptStage, completion_logprobs
+from grpokit.model.streambp import streamed_backward, streamed_forward
+from grpokit.policies.base import Capabilities, UnitForward
+from grpokit.rollout.types import RolloutBatch, SamplingParams
+
+
+class CausalLMPolicy:
+    """A transformers causal LM (optionally LoRA), its tokenizer, a sampler and frozen reference / teacher.
+
+    temperature: learner logits are divided by it (as the sampler did); sequence_chunk > 0:
+    StreamBP chunks of that many tokens; checkpoint: recompute decoder layers in the backward.
+    The reference is a frozen copy, or for LoRA the policy with its adapter disabled.
+    """
+
+    def __init__(
+        self, module: torch.nn.Module, tokenizer: Any, backend: Any, *, reference: Optional[torch.nn.Module] = None,
+        teacher: Optional[torch.nn.Module] = None, temperature: float = 1.0, sequence_chunk: int = 0,
+        checkpoint: bool = False, use_reference: bool = False,
+    ) -> None:
+        self.module, self.tokenizer, self.backend = module, tokenizer, backend
+        self.reference, self.teacher = reference, teacher
+        self.use_reference = use_reference  # the run needs reference log-probs
+        self.temperature, self.sequence_chunk, self.checkpoint = temperature, sequence_chunk, checkpoint
+        engine = getattr(backend, "engine", "hf")
+        self.capabilities = Capabilities(
+            unit_kind="token", entropy=engine == "hf", behaviour_logprobs_exact=True, engine=engine,
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.module.parameters()).device
+
+    @property
+    def pad_id(self) -> int:
+        return self.backend.pad_id
+
+    def trainable_parameters(self) -> Iterator[torch.nn.Parameter]:
+        return (p for p in self.module.parameters() if p.requires_grad)
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self, prompts: list[str], rows: list[dict[str, Any]], group_size: int, params: SamplingParams) -> RolloutBatch:
+        return self.backend.generate(prompts, rows, group_size, params)
+
+    # ------------------------------------------------------------------ scoring
+    def has_role(self, role: str) -> bool:
+        if role == "reference":
+            return self.use_reference
+        return role == "current" or (role == "teacher" and self.teacher is not None)
+
+    def _role(self, role: str):
+        """(module, context) that scores ``role``."""
+        if role == "current":
+            return self.module, nullcontext()
+        if role == "teacher":
+            if self.teacher is None:
+                raise ValueError("no teacher model: set model.teacher")
+            return self.teacher, nullcontext()
+        if role == "reference":
+            if self.reference is not None:
+                return self.reference, nullcontext()
+            if hasattr(self.module, "peft_config"):
+                return self.module, self.module.disable_adapter()
+            return self.module, nullcontext()  # no copy was made: the reference is the current policy
+        raise ValueError(f"unknown policy role '{role}': current, reference or teacher")
+
+    @torch.no_grad()
+    def score(self, mb: RolloutBatch, role: str = "current") -> torch.Tensor:
+        module, ctx = self._role(role)
+        with ctx:
+            logp, _ = completion_logprobs(
+                module, mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask,
+                group_ids=mb.group_ids, temperature=self.temperature,
+            )
+        return logp
+
+    def sync_reference(self) -> None:
+        """Reference <- the current weights (a reference that follows the policy)."""
+        if self.reference is None:
+            raise ValueError("reference syncing needs a full fine-tune with a reference copy: set model.lora.enabled=false")
+        self.reference.load_state_dict(self.module.state_dict())
+
+    # ------------------------------------------------------------------ learning
+    def learn_forward(self, mb: RolloutBatch, *, with_entropy: bool, entropy_grad: bool) -> UnitForward:
+        tensors = (mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask)
+        if self.sequence_chunk > 0:  # StreamBP phase 1: no-grad log-probs as leaves
+            logp, entropy, stream = streamed_forward(
+                self.module, *tensors, group_ids=mb.group_ids, chunk=self.sequence_chunk,
+                temperature=self.temperature, with_entropy=with_entropy or entropy_grad,
+            )
+            logp.requires_grad_()
+            if entropy is not None and entropy_grad:
+                entropy.requires_grad_()
+
+            def backward(loss: torch.Tensor) -> None:  # dL/dlogp (and dL/dH), then the model chunk by chunk
+                leaves = [logp] + ([entropy] if entropy_grad and entropy is not None else [])
+                grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+                g_logp = grads[0] if grads[0] is not None else torch.zeros_like(logp)
+                g_ent = grads[1] if len(grads) > 1 else None
+                streamed_backward(self.module, *tensors, g_logp, stream, grad_entropy=g_ent, temperature=self.temperature)
+
+            return UnitForward(logp, entropy, backward)
+        prompt_stage = PromptStage()  # the shared prompt's graph is back-propagated second
+        logp, entropy = completion_logprobs(
+            self.module, *tensors, group_ids=mb.group_ids, temperature=self.temperature,
+            with_entropy=with_entropy, entropy_grad=entropy_grad, checkpoint=self.checkpoint, prompt_stage=prompt_stage,
+        )
+
+        def backward(loss: torch.Tensor) -> None:
+            loss.backward()
+            prompt_stage.backward()
+
+        return UnitForward(logp, entropy, backward)

@@ -1,0 +1,54 @@
+"""The reward stage's last step: several reward columns -> the one reward the advantage sees.
+
+The configured combiner is a registered function; the inputs it declares (``objective_grads``:
+per-objective policy gradients; ``validation``: per-objective means) are produced here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from grpokit.registries import get_registry
+from grpokit.registry import call_with
+from grpokit.trainer.learn_batch import LearnBatch
+from grpokit.trainer.learner import micro_batches, objective_gradients
+from grpokit.trainer.producers import validation_means
+from grpokit.trainer.setup import new_state
+
+
+class RewardCombination:
+    """Combines a batch's reward columns with ``reward_combiner`` (stateful combiners keep ``state``)."""
+
+    def __init__(self, cfg: Any, rewards: list) -> None:
+        self.cfg = cfg
+        self.spec = get_registry("combiner").spec(cfg.reward_combiner.name)
+        self.state = new_state(self.spec)
+        self.weight_of = {r.name: r.weight for r in rewards}
+
+    def __call__(self, scores: Any, batch: Any, trainer: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        """``([B] total reward, metrics)`` of ``scores`` (per-reward columns) for ``batch``."""
+        names = list(scores.per_reward)
+        matrix = torch.stack([scores.per_reward[n] for n in names], dim=1)  # [B, K]
+        weights = torch.tensor([self.weight_of[n.split("/")[0]] for n in names], dtype=torch.float32, device=matrix.device)
+        options = {k: v for k, v in self.cfg.reward_combiner.options.items() if not k.startswith("grad_")}
+        context: dict[str, Any] = {"weights": weights, "state": self.state}
+        if "objective_grads" in self.spec.inputs:
+            context["objective_grads"] = self._objective_grads(batch, matrix.nan_to_num(0.0), trainer)
+            context["lr"] = trainer.scheduler.get_last_lr()[0]
+        if "validation" in self.spec.inputs:
+            context["validation"] = validation_means(matrix)
+        total, self.state, m = call_with(self.spec.fn, matrix, batch.group_ids, options=options, context=context)
+        return total, {k: float(v) for k, v in m.items()}
+
+    def _objective_grads(self, batch: Any, matrix: torch.Tensor, trainer: Any) -> torch.Tensor:
+        """``[K, P]`` policy-loss gradients, one per objective's own advantage (see learner.objective_gradients)."""
+        device = batch.completion_mask.device
+        lb = LearnBatch(rollout=batch, adv=torch.zeros(len(batch), device=device), mask=batch.completion_mask,
+                        rewards=matrix[:, 0].to(device), behaviour_logp=batch.behaviour_logp)
+        advantage: Callable = lambda rewards: trainer.advantages(rewards.to(device), batch.group_ids)[0]  # noqa: E731
+        return objective_gradients(
+            trainer.policy, micro_batches(batch, self.cfg.train.micro_batch_size), lb, matrix, dict(self.cfg.reward_combiner.options),
+            advantages=advantage, objective=trainer.objective, zero_grad=lambda: trainer.optimizer.zero_grad(set_to_none=True),
+        )

@@ -1,0 +1,88 @@
+"""The learner's one typed input: a full batch of named, shape-annotated tensors.
+
+The rollout batch carries the model inputs; everything else a loss may read is a named field
+here, filled by the producers of :mod:`grpokit.trainer.inputs` before the update and sliced per
+micro-batch (rows never straddle micro-batches, columns are cut to the micro-batch's longest
+row). Unset optional fields are None; a loss that declares one as an input never sees None,
+because the run is refused at load time when nothing produces it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Optional
+
+import torch
+
+from grpokit.rollout.types import RolloutBatch
+
+# Fields sliced as [rows] (per sample), [rows, :U] (per unit) or passed whole (scalars).
+PER_ROW = ("adv", "rewards", "verif_adv")
+PER_UNIT = ("mask", "token_weights", "behaviour_logp", "old_logp", "ref_logp", "teacher_logp", "aux_logp",
+            "plan_mask", "verif_mask")
+SCALAR = ("constraint_kl",)
+
+
+@dataclass
+class LearnBatch:
+    """One update's inputs, B rows by U units (U = the widest row's units).
+
+    rollout:        the sampled batch (model inputs, group ids, texts)
+    adv:            [B] or [B, U] advantages
+    mask:           [B, U] 1 = the unit counts in the loss (the unit mask, minus excluded rows)
+    rewards:        [B] the scalar reward each advantage was computed from
+    behaviour_logp: [B, U] log-probs under the distribution that sampled each unit
+    token_weights:  [B, U] per-unit weights multiplying the unit loss (None = all 1)
+    old_logp:       [B, U] proximal policy (pre-update weights), recomputed when mu > 1
+    ref_logp:       [B, U] reference policy;  teacher_logp: [B, U] distillation teacher
+    aux_logp:       [B, U] log-probs under a transformed condition (masked image)
+    plan_mask:      [B, U] 1 = planning-span unit;  verif_mask: [B, U] 1 = self-verification unit
+    verif_adv:      [B] advantages of the verification rows
+    constraint_kl:  [] batch token-mean KL(old || current) at the current weights (per iteration)
+    num_seqs:       the normaliser of sequence-mean aggregations (the number of solutions)
+    """
+
+    rollout: RolloutBatch
+    adv: torch.Tensor
+    mask: torch.Tensor
+    rewards: torch.Tensor
+    behaviour_logp: torch.Tensor
+    token_weights: Optional[torch.Tensor] = None
+    old_logp: Optional[torch.Tensor] = None
+    ref_logp: Optional[torch.Tensor] = None
+    teacher_logp: Optional[torch.Tensor] = None
+    aux_logp: Optional[torch.Tensor] = None
+    plan_mask: Optional[torch.Tensor] = None
+    verif_mask: Optional[torch.Tensor] = None
+    verif_adv: Optional[torch.Tensor] = None
+    constraint_kl: Optional[torch.Tensor] = None
+    num_seqs: Optional[float] = None
+
+    def __len__(self) -> int:
+        return len(self.rollout)
+
+    @property
+    def num_tokens(self) -> float:
+        """Loss units of the whole batch (the normaliser of token-mean aggregations)."""
+        return float(self.mask.sum().clamp(min=1))
+
+    def set_rows(self, name: str, rows: torch.Tensor, values: torch.Tensor) -> None:
+        """Write ``values [b, u]`` (a micro-batch's scores) into per-unit field ``name`` at ``rows``, allocating it."""
+        full = getattr(self, name)
+        if full is None:
+            full = torch.zeros(self.mask.shape, dtype=values.dtype, device=values.device)
+            setattr(self, name, full)
+        full[rows, : values.shape[1]] = values
+
+    def micro(self, rows: torch.Tensor, units: int) -> dict[str, Optional[torch.Tensor]]:
+        """The fields of micro-batch ``rows``, per-unit ones cut to ``units`` columns (None stays None)."""
+        out: dict[str, Optional[torch.Tensor]] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in PER_UNIT:
+                out[f.name] = value[rows, :units] if value is not None else None
+            elif f.name in PER_ROW:  # adv may be per unit too
+                out[f.name] = None if value is None else (value[rows, :units] if value.dim() == 2 else value[rows])
+            elif f.name in SCALAR:
+                out[f.name] = value
+        return out
