@@ -52,7 +52,7 @@ def model_dir(tmp_path_factory):
     ray.shutdown()
 
 
-def make_cfg(model_dir, out, **overrides):
+def make_cfg(model_dir, out, preset=None, **overrides):
     sets = {
         "model.name": model_dir, "model.threads": 1, "logging.output_dir": out, "logging.progress": "false",
         "logging.log_samples_every": 0, "logging.checkpoint_every": 0, "data.task": "arithmetic", "data.n_train": 8,
@@ -62,7 +62,7 @@ def make_cfg(model_dir, out, **overrides):
         # a reward a random model earns about half the time, so advantages and gradients are non-zero
         "rewards": '[{name: format_regex, kwargs: {pattern: "[0-9]"}}]', **overrides,
     }
-    return load_config(overrides=[f"{k}={v}" for k, v in sets.items()])
+    return load_config(preset=preset, overrides=[f"{k}={v}" for k, v in sets.items()])
 
 
 def run_steps(trainer, steps):
@@ -101,7 +101,7 @@ def test_staleness_1_trains_and_toploc_rejects_only_the_tampered_worker(model_di
     finally:
         trainer.close()
     assert all(0 <= m["async/staleness"] <= 1 for m in metrics)
-    assert sum(m["async/dropped_stale"] for m in metrics) == 0  # k + 1 in flight: nothing goes stale
+    assert sum(m["async/over_staleness"] for m in metrics) == 0  # k + 1 in flight: nothing goes stale
     assert all(m["async/worker"] == 0 for m in metrics)  # every trained batch came from the honest worker
     last = metrics[-1]
     # worker 1's first batch is the oldest request at step 1, so it is checked by then
@@ -145,3 +145,20 @@ def test_killed_worker_and_resume_train_every_prompt_exactly_once(model_dir, tmp
     log = trained_rows(tmp_path / "run")
     assert [r["step"] for r in log] == [1, 1, 2, 2, 3, 3, 4, 4]
     assert sorted(r["row"] for r in log) == list(range(8))
+
+
+def test_intellect2_preset_runs_with_rollout_workers_dynamic_sampling_and_correction(model_dir, tmp_path):
+    """INTELLECT-2's async level 2 with its online filter: worker batches are dynamic sampling's rounds,
+    and stale batches are trained with the decoupled-PPO correction."""
+    cfg = make_cfg(model_dir, tmp_path / "run", preset="intellect2", **{"distributed.queue_size": 3, "train.steps": 3})
+    assert cfg.algorithm.dynamic_sampling and cfg.distributed.staleness == 2
+    trainer = make_trainer(cfg)
+    assert isinstance(trainer, AsyncTrainer)
+    try:
+        metrics = run_steps(trainer, 3)
+    finally:
+        trainer.close()
+    assert all(m["dynamic_sampling/rounds"] >= 1 for m in metrics)
+    assert all(0 <= m["async/staleness"] <= 2 for m in metrics)
+    stale = [m for m in metrics if m["async/staleness"] > 0]
+    assert stale and all("offpolicy/kl_k3" in m and m["offpolicy/staleness"] > 0 for m in stale)

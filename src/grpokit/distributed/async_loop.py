@@ -8,9 +8,11 @@ collect stage swapped: instead of sampling in-process it
    a request issued after version v was published and m requests behind the oldest is trained
    at step v + m, so k + 1 in flight never makes a stale batch; while a batch is learned, new
    requests go out only up to k in flight (they are made with the pre-update weights);
-2. takes the oldest request's batch; a batch made with weight version v < step - k (after a
-   failure or a rejection reordered the queue) is never trained on: it is dropped and its
-   prompts re-issued;
+2. takes the oldest request's batch. Staleness is bounded by admission control (at most k + 1
+   requests in flight), not by dropping finished rollouts: a batch that is older than k anyway
+   (a failure or a rejection reordered the queue) is trained like any other, and every stale
+   batch is corrected for the weights that sampled it (``algorithm.correction``: decoupled PPO
+   by default; ``async/over_staleness`` counts batches older than k);
 3. checks the batch's TOPLOC commitment when its worker is untrusted (a no-grad prefill with the
    weights of version v, one extra forward per checked batch); a batch that fails is dropped and
    its prompts re-issued to another worker;
@@ -62,8 +64,6 @@ class AsyncTrainer(Trainer):
 
     def __init__(self, cfg: Config, model: Optional[torch.nn.Module] = None, tokenizer: Any = None) -> None:
         require_ray()
-        if cfg.algorithm.dynamic_sampling:
-            raise ValueError("algorithm.dynamic_sampling is not supported with distributed.rollout_workers > 0 yet: set one of them off")
         self.checked = checked_workers(cfg)
         super().__init__(cfg, model, tokenizer)
         from grpokit.distributed.pool import WorkerPool
@@ -82,10 +82,10 @@ class AsyncTrainer(Trainer):
         self.manifests: dict[int, Any] = {}
         self.versions: dict[int, dict[str, torch.Tensor]] = {}  # verification weights by version
         self._verifier: Optional[torch.nn.Module] = None
-        self.counts = {"dropped_stale": 0, "checked": 0, "rejected": 0, "reissued": 0}
+        self.counts = {"over_staleness": 0, "checked": 0, "rejected": 0, "reissued": 0}
         self.per_worker = {i: {"checked": 0, "rejected": 0} for i in self.checked}
         self.refused_versions: dict[int, int] = {}
-        self._taken: Optional[tuple[Request, dict[str, Any]]] = None
+        self._taken: list[tuple[Request, dict[str, Any]]] = []  # the requests of the step being learned
         self.trained_log = self.run_dir / "trained_prompts.jsonl"
         self.elapsed = 0.0  # train() sets it too; save() may come first when steps are driven by hand
         self.publish()
@@ -152,32 +152,45 @@ class AsyncTrainer(Trainer):
                 self.counts["reissued"] += len(lost)
                 continue
             self.refused_versions[result["worker"]] = result["refused_versions"]
-            if result["version"] < self.step - k:  # too stale: never trained on
-                self.counts["dropped_stale"] += 1
-                avoid = None
-            elif result["worker"] in self.checked and not self._verified(result):
+            if result["worker"] in self.checked and not self._verified(result):
                 avoid = result["worker"]  # give the prompts to another worker
             else:
+                if result["version"] < self.step - k:  # reordered past the bound: trained, corrected, counted
+                    self.counts["over_staleness"] += 1
                 return req, result
             self.sampler.reissue(req, avoid=avoid)
             self.counts["reissued"] += 1
 
     def _collect(self):
-        """(batch, scores, metrics) from the workers, scored here; overrides in-process sampling."""
+        """(batch, scores, metrics) from the workers, scored here; overrides in-process sampling.
+
+        Dynamic sampling (when configured) draws worker batches as its rounds.
+        """
+        from grpokit.trainer.collect import collect_rounds
+
         before = dict(self.counts)
-        req, result = self._next_accepted()
-        self.sampler.trained(req)
-        if self.cfg.distributed.staleness == 0:
-            torch.set_rng_state(result["rng_state"])  # continue the stream exactly where sampling left it
-        else:  # the workers generate the next batches while this one is learned (k in flight: none stale)
-            self._fill(min(self.max_in_flight, self.cfg.distributed.staleness))
-        batch = result["batch"]
-        scores, metrics = score_batch(self.cfg, batch, self.rewards, combine=lambda s, b: self.combiner(s, b, self))
+        taken = []
+
+        def worker_round():
+            req, result = self._next_accepted()
+            self.sampler.trained(req)
+            if self.cfg.distributed.staleness == 0:
+                torch.set_rng_state(result["rng_state"])  # continue the stream exactly where sampling left it
+            else:  # the workers generate the next batches while this one is learned (k in flight: none stale)
+                self._fill(min(self.max_in_flight, self.cfg.distributed.staleness))
+            batch = result["batch"]
+            batch.weights_version = result["version"]
+            scores, metrics = score_batch(self.cfg, batch, self.rewards, combine=lambda s, b: self.combiner(s, b, self))
+            taken.append((req, result))
+            return batch, scores, metrics
+
+        batch, scores, metrics = collect_rounds(self.cfg, worker_round, self.policy.pad_id)
         if hasattr(self.sampler, "observe"):  # curricula learn each prompt's difficulty
             self._observe_groups(batch, scores)
             metrics.update(self.sampler.metrics())
-        self._taken = (req, result)
-        metrics.update(self._async_metrics(result, before))
+        self._taken = taken
+        metrics.update(self._async_metrics(taken[-1][1], before))
+        metrics["async/staleness"] = float(self.step - batch.weights_version)
         return batch, scores, metrics
 
     def _async_metrics(self, result: dict[str, Any], before: dict[str, int]) -> dict[str, float]:
@@ -185,7 +198,7 @@ class AsyncTrainer(Trainer):
             "async/staleness": float(self.step - result["version"]),
             "async/version": float(result["version"]),
             "async/worker": float(result["worker"]),
-            "async/dropped_stale": float(self.counts["dropped_stale"] - before["dropped_stale"]),
+            "async/over_staleness": float(self.counts["over_staleness"] - before["over_staleness"]),
             "async/reissued": float(self.counts["reissued"] - before["reissued"]),
             "async/worker_restarts": float(self.pool.restarts),
             "shardcast/refused_versions": float(sum(self.refused_versions.values())),
@@ -203,11 +216,11 @@ class AsyncTrainer(Trainer):
         """The Trainer's step on a worker batch, then publish the new weights and log the trained prompts."""
         metrics = super().train_step()
         self.publish()
-        req, result = self._taken
         with self.trained_log.open("a") as f:
-            for j, row_id in enumerate(req.row_ids):
-                f.write(json.dumps({"step": self.step, "request": req.id, "prompt": f"{req.id}:{j}", "row": row_id,
-                                    "worker": result["worker"], "version": result["version"]}) + "\n")
+            for req, result in self._taken:
+                for j, row_id in enumerate(req.row_ids):
+                    f.write(json.dumps({"step": self.step, "request": req.id, "prompt": f"{req.id}:{j}", "row": row_id,
+                                        "worker": result["worker"], "version": result["version"]}) + "\n")
         return metrics
 
     def resume(self) -> bool:

@@ -80,30 +80,46 @@ def collect_batch(
     pad_id: int,
     combine: Optional[Callable] = None,
 ) -> tuple[RolloutBatch, RewardScores, dict[str, float]]:
-    """One step's scored batch of ``prompts_per_step`` groups (fewer if dynamic sampling runs dry)."""
+    """One step's scored batch of ``prompts_per_step`` groups sampled in-process (see :func:`collect_rounds`)."""
+    n = cfg.rollout.prompts_per_step
+    return collect_rounds(cfg, lambda: _sample_and_score(cfg, policy, sampler.next_batch(n), render, rewards, combine), pad_id)
+
+
+def collect_rounds(
+    cfg: Config, sample_round: Callable[[], tuple[RolloutBatch, RewardScores, dict[str, float]]], pad_id: int,
+) -> tuple[RolloutBatch, RewardScores, dict[str, float]]:
+    """One round of ``sample_round()`` (a scored batch of ``prompts_per_step`` groups), or dynamic sampling's rounds.
+
+    With ``algorithm.dynamic_sampling`` groups whose rewards are all equal are dropped and more
+    rounds are drawn, up to ``max_sampling_rounds``, until ``prompts_per_step`` informative
+    groups are kept; the same loop serves in-process sampling and asynchronous rollout workers
+    (each round is then the next worker batch).
+    """
     n = cfg.rollout.prompts_per_step
     if not cfg.algorithm.dynamic_sampling:
-        return _sample_and_score(cfg, policy, sampler.next_batch(n), render, rewards, combine)
+        return sample_round()
     kept_batches, kept_scores, metrics = [], [], {}
     kept_groups = rounds = sampled_groups = 0
     while kept_groups < n and rounds < cfg.algorithm.max_sampling_rounds:
-        batch, scores, metrics = _sample_and_score(cfg, policy, sampler.next_batch(n), render, rewards, combine)
-        keep, _ = dynamic_sampling(scores.total, batch.group_ids)
+        batch, scores, metrics = sample_round()
+        keep, _ = dynamic_sampling(scores.total, batch.group_ids.to(scores.total.device))
         rounds += 1
-        sampled_groups += n
+        sampled_groups += int(batch.group_ids.max()) + 1 if len(batch) else 0
         if bool(keep.any()):
-            idx = keep.nonzero().squeeze(-1)
+            idx = keep.nonzero().squeeze(-1).to(batch.device)
             kept_batches.append(batch.select(idx))
-            kept_scores.append(select_scores(scores, idx))
+            kept_scores.append(select_scores(scores, idx.to(scores.total.device)))
             kept_groups += int(torch.unique(batch.group_ids[idx]).numel())
     if not kept_batches:  # nothing informative: train on the last round (its advantages are 0)
         kept_batches, kept_scores = [batch], [scores]
+    versions = {b.weights_version for b in kept_batches}
     batch = concat_batches(kept_batches, pad_id)
+    batch.weights_version = min(versions)  # the oldest weights among the rounds: the staleness to correct for
     batch.group_ids = renumber_groups(batch.group_ids)
     scores = concat_scores(kept_scores)
     if kept_groups > n:  # keep exactly n groups
         idx = (batch.group_ids < n).nonzero().squeeze(-1)
-        batch, scores = batch.select(idx), select_scores(scores, idx)
+        batch, scores = batch.select(idx), select_scores(scores, idx.to(scores.total.device))
     metrics.update({
         "dynamic_sampling/rounds": float(rounds),
         "dynamic_sampling/kept_groups": float(min(kept_groups, n)),
