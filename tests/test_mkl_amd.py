@@ -69,3 +69,42 @@ def test_restart_preloads_shim_and_matmuls_stay_exact(tmp_path):
     assert float(line[3]) < 1e-3  # fp32 matmul still right
     assert line[4] == "1"
     assert list(tmp_path.glob("mkl_amd/libgrpokit_mkl_amd_*.so"))
+
+
+def test_runs_on_a_gpu_are_not_restarted(monkeypatch):
+    monkeypatch.setattr(mkl_amd, "is_amd_cpu", lambda: True)
+    monkeypatch.setattr(mkl_amd, "gpu_present", lambda env: False)
+    assert mkl_amd.wanted({}, device="cpu") and mkl_amd.wanted({}, device="auto")
+    assert not mkl_amd.wanted({}, device="cuda") and not mkl_amd.wanted({}, device="cuda:1")
+    monkeypatch.setattr(mkl_amd, "gpu_present", lambda env: True)
+    assert not mkl_amd.wanted({}, device="auto")  # auto on a machine with a GPU: the run is on it
+    assert mkl_amd.wanted({}, device="cpu")
+
+
+def test_gpu_present_is_answered_without_torch(monkeypatch):
+    monkeypatch.setattr(mkl_amd.importlib.metadata, "version", lambda name: "2.13.0+cpu")
+    monkeypatch.setattr(mkl_amd.glob, "glob", lambda pattern: ["/dev/nvidia0"])
+    assert not mkl_amd.gpu_present({})  # a CPU-only wheel never sees the GPU
+    monkeypatch.setattr(mkl_amd.importlib.metadata, "version", lambda name: "2.13.0")
+    assert mkl_amd.gpu_present({})
+    assert not mkl_amd.gpu_present({"CUDA_VISIBLE_DEVICES": ""}) and not mkl_amd.gpu_present({"CUDA_VISIBLE_DEVICES": "-1"})
+    if not os.path.exists("/dev/kfd"):
+        monkeypatch.setattr(mkl_amd.glob, "glob", lambda pattern: [])
+        assert not mkl_amd.gpu_present({})
+
+
+def test_the_cli_reads_model_device_from_the_raw_config(tmp_path):
+    from grpokit.cli import _requested_device, build_parser
+
+    parse = build_parser().parse_args
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("preset: demo\nmodel: {device: 'cuda:1'}\n")
+    assert _requested_device(parse(["demo"])) == "auto"
+    assert _requested_device(parse(["demo", "--set", "model.device=cpu"])) == "cpu"
+    assert _requested_device(parse(["train", str(cfg)])) == "cuda:1"
+    assert _requested_device(parse(["train", str(cfg), "--set", "model.device=cpu"])) == "cpu"
+    assert _requested_device(parse(["train", str(tmp_path / "missing.yaml")])) == "auto"  # the real load reports it
+    assert _requested_device(parse(["rm", "train"])) == "cpu"
+    probe = "import sys; from grpokit.cli import _requested_device, build_parser; _requested_device(build_parser().parse_args(['demo'])); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr  # decided before torch is imported

@@ -60,6 +60,12 @@ def cmd_train(args) -> int:
     from grpokit.distributed import MissingExtraError, make_trainer
 
     cfg = _load(args)
+    if args.resume:  # before any model load: a run that cannot resume must not start over its checkpoints
+        from pathlib import Path
+
+        from grpokit.trainer.checkpoint import require_checkpoint
+
+        require_checkpoint(Path(cfg.logging.output_dir) / "checkpoints")  # CheckpointError(ValueError): one line
     try:
         trainer = make_trainer(cfg)  # Ray rollout workers when distributed.rollout_workers > 0
     except MissingExtraError as exc:
@@ -149,6 +155,32 @@ def cmd_rm(args) -> int:
     return rm_train_main(args.rm_args[1:])
 
 
+def _requested_device(args) -> str:
+    """``model.device`` of the command's config, read from the raw YAML before torch is imported.
+
+    Only for deciding the MKL restart: no validation ('auto' when unreadable; loading the config
+    later reports the mistake). Same precedence as ``load_config``: preset <- file <- ``--set``.
+    """
+    if args.command == "rm":
+        return "cpu"  # reward-model training runs its encoder on the CPU
+    from grpokit.config.loading import apply_set, merge, read_preset, read_yaml
+
+    try:
+        preset = "demo" if args.command == "demo" else getattr(args, "preset", None)
+        data = read_preset(preset) if preset else {}
+        if getattr(args, "config", None):
+            file_data = read_yaml(args.config)
+            if "preset" in file_data:
+                data = merge(read_preset(file_data.pop("preset")), data)
+            data = merge(data, file_data)
+        for assignment in args.overrides:
+            data = apply_set(data, assignment)
+        device = (data.get("model") or {}).get("device", "auto")
+    except Exception:  # noqa: BLE001 -- a broken config is reported by the real load
+        return "auto"
+    return str(device)
+
+
 COMMANDS = {"train": cmd_train, "demo": cmd_demo, "eval": cmd_eval, "list": cmd_list, "rm": cmd_rm}
 
 
@@ -157,7 +189,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if argv is None and args.command in HEAVY_COMMANDS:
         from grpokit.mkl_amd import reexec_with_shim
 
-        reexec_with_shim()  # MKL's AVX2 GEMMs on AMD CPUs: restarts this command once (GRPOKIT_MKL_AMD=0: off)
+        # MKL's AVX2 GEMMs on AMD CPUs: restarts this command once when it runs on the CPU (GRPOKIT_MKL_AMD=0: off)
+        reexec_with_shim(device=_requested_device(args))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "transformers", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -173,7 +206,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         from grpokit.model.loading import ModelLoadError
         from grpokit.rewards import RewardError, RewardLoadError
 
-        user_errors += (DataError, ModelLoadError, RewardLoadError, RewardError)
+        from grpokit.rollout.vllm import WeightSyncError
+
+        user_errors += (DataError, ModelLoadError, RewardLoadError, RewardError, WeightSyncError)
     except ImportError:
         pass
     try:

@@ -16,7 +16,8 @@ the dynamic linker resolves MKL's call to it when it is in ``LD_PRELOAD``. MKL s
 CPU's feature flags (CPUID) to choose among its kernels, so it picks the AVX2 ones on an AVX2
 CPU (the long-known workaround for MKL on AMD; no effect on Intel CPUs, where the real function
 already answers 1). ``LD_PRELOAD`` is read when a process starts, so :func:`reexec_with_shim`
-restarts the current command once with it set (``grpokit train|demo|eval`` do this);
+restarts the current command once with it set (``grpokit train|demo|eval`` do this when their
+``model.device`` puts the run on the CPU, :func:`runs_on_cpu`; a GPU run is never restarted);
 ``GRPOKIT_MKL_AMD=0`` turns it off. Library users can export ``LD_PRELOAD=$(python -m
 grpokit.mkl_amd)`` themselves. The shim is compiled on first use with the system C compiler
 into ``~/.cache/grpokit/mkl_amd/``; without a compiler nothing changes.
@@ -24,7 +25,9 @@ into ``~/.cache/grpokit/mkl_amd/``; without a compiler nothing changes.
 
 from __future__ import annotations
 
+import glob
 import hashlib
+import importlib.metadata
 import logging
 import os
 import platform
@@ -96,18 +99,45 @@ def preload_env(env: Mapping[str, str], lib: Path) -> dict[str, str]:
     return out
 
 
-def wanted(env: Mapping[str, str] = os.environ) -> bool:
-    """The shim helps here: an AMD x86-64 Linux CPU, not switched off, not already preloaded or tried."""
-    return env.get(ENV_SWITCH, "1") != "0" and ENV_DONE not in env and not active(env) and is_amd_cpu()
+def gpu_present(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether torch would likely see a GPU, answered without importing torch (which costs seconds).
+
+    A torch wheel built without CUDA (version ``+cpu``), ``CUDA_VISIBLE_DEVICES`` set to nothing or
+    -1, or no GPU device node (``/dev/nvidia<N>``, ROCm's ``/dev/kfd``) means no. A wrong guess costs
+    only speed: a CPU run without the shim, or a GPU run restarted once with it (MKL is then idle).
+    """
+    try:
+        if "+cpu" in importlib.metadata.version("torch"):
+            return False
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    if env.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1"):
+        return False
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/kfd")
 
 
-def reexec_with_shim() -> None:
+def runs_on_cpu(device: str, env: Mapping[str, str] = os.environ) -> bool:
+    """Whether a run whose ``model.device`` is ``device`` runs on the CPU: 'cpu', or 'auto' without a GPU."""
+    spec = str(device).strip().lower()
+    return spec == "cpu" or (spec == "auto" and not gpu_present(env))
+
+
+def wanted(env: Mapping[str, str] = os.environ, device: str = "cpu") -> bool:
+    """The shim helps here: an AMD x86-64 Linux CPU running the model, not switched off, not already preloaded or tried."""
+    return (
+        env.get(ENV_SWITCH, "1") != "0" and ENV_DONE not in env and not active(env) and is_amd_cpu()
+        and runs_on_cpu(device, env)
+    )
+
+
+def reexec_with_shim(device: str = "cpu") -> None:
     """Restart this process once with the shim preloaded when :func:`wanted`; otherwise return.
 
     Call it first thing in a command-line entry point, before any work: the process image is
-    replaced (same interpreter, same arguments, same environment plus ``LD_PRELOAD``).
+    replaced (same interpreter, same arguments, same environment plus ``LD_PRELOAD``). ``device``
+    is the run's ``model.device``; a run that will be on a GPU is not restarted.
     """
-    if not wanted():
+    if not wanted(device=device):
         return
     lib = shim_path()
     if lib is None:

@@ -123,3 +123,44 @@ def save_tiny_encoder(directory: "str | os.PathLike", seed: int = 0) -> str:
     BertModel(config).save_pretrained(folder)
     torch.random.set_rng_state(state)
     return str(folder)
+
+
+def implicit_device_recorder():
+    """A TorchFunctionMode recording each tensor factory grpokit calls without ``device=``.
+
+    ``with implicit_device_recorder() as rec: ...`` then ``rec.hits`` holds ``(file, line, factory)``
+    for every ``torch.zeros`` / ``torch.tensor`` / ``torch.arange`` / ... called from a file of
+    grpokit without an explicit device: the calls that would put a tensor on the CPU (or the
+    default device) whatever device the data lives on. Precise where a meta default device is
+    silent (``torch.isin(cpu, meta)`` runs and returns garbage).
+    """
+    import sys
+
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._device import _device_constructors
+
+    import grpokit
+
+    root, torch_root = str(Path(grpokit.__file__).parent), str(Path(torch.__file__).parent)
+    factories = _device_constructors()
+
+    class Recorder(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.hits: set[tuple[str, int, str]] = set()
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in factories and kwargs.get("device") is None:
+                frame = sys._getframe(1)
+                while frame is not None and frame.f_code.co_filename.startswith(torch_root):
+                    frame = frame.f_back  # torch's own wrappers
+                if frame is not None and frame.f_code.co_filename.startswith(root) and not frame.f_code.co_filename.endswith("testing.py"):
+                    self.hits.add((frame.f_code.co_filename, frame.f_lineno, func.__name__))
+            return func(*args, **kwargs)
+
+        def report(self) -> str:
+            return ", ".join(f"{Path(f).relative_to(root)}:{line} torch.{name}" for f, line, name in sorted(self.hits))
+
+    return Recorder()

@@ -9,8 +9,9 @@ import time
 import pytest
 import torch
 
+from grpokit.devices import DeviceError
 from grpokit.model import loading
-from grpokit.model.loading import EMBEDDED_MODELS, ModelLoadError, load_model, load_tokenizer
+from grpokit.model.loading import EMBEDDED_MODELS, ModelLoadError, attention_implementation, load_model, load_tokenizer
 from grpokit.testing import save_tiny_model, tiny_model_and_tokenizer
 
 EMBEDDED = "smollm2-135m-instruct"
@@ -60,8 +61,22 @@ def test_pad_token_falls_back_to_eos(tmp_path):
 
 
 def test_unknown_dtype(tiny_dir):
-    with pytest.raises(ModelLoadError, match=r"unknown dtype 'float16'; choose one of: float32"):
+    with pytest.raises(ModelLoadError, match=r"unknown dtype 'float64'; choose one of: float32, bfloat16, float16"):
+        load_model(tiny_dir, dtype="float64")
+
+
+def test_float16_needs_cuda(tiny_dir):
+    with pytest.raises(DeviceError, match=r"^model\.dtype: 'float16' was asked with the model on cpu.*set model\.dtype=float32") as info:
         load_model(tiny_dir, dtype="float16")
+    assert "\n" not in str(info.value)
+
+
+def test_off_cpu_the_model_is_moved_and_uses_fused_attention(tiny_dir):
+    # "meta" stands in for a CUDA device on this CPU-only machine: anything that is not the CPU
+    model, _ = load_model(tiny_dir, device="meta")
+    assert next(model.parameters()).device.type == "meta"
+    assert model.config._attn_implementation == "sdpa"
+    assert attention_implementation(torch.float32) == "sdpa"  # FlashAttention 2 has no fp32 kernels
 
 
 def test_missing_path(tmp_path):

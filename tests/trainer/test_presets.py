@@ -1,4 +1,9 @@
-"""Every packaged preset trains the tiny model for 3 steps with finite metrics."""
+"""Every packaged preset trains the tiny model for 3 steps with finite metrics and no implicit-device tensor.
+
+The run is recorded by ``implicit_device_recorder``: any tensor grpokit creates without an
+explicit device (which would land on the CPU whatever device the policy is on) fails the test
+with its file and line.
+"""
 
 import json
 import math
@@ -6,7 +11,7 @@ import math
 import pytest
 
 from grpokit.config import load_config, preset_names
-from grpokit.testing import save_tiny_model
+from grpokit.testing import implicit_device_recorder, save_tiny_model
 from grpokit.trainer.loop import Trainer
 
 
@@ -51,7 +56,9 @@ def test_preset_trains_tiny_model_3_steps(preset, tiny_dir, tmp_path, request):
     cfg.model.lora.target_modules = ["q_proj", "v_proj"]
     if any("model_path" in r.kwargs for r in cfg.rewards):
         use_test_reward_model(cfg, request.getfixturevalue("reward_model_dir"))
-    Trainer(cfg).train()
+    with implicit_device_recorder() as rec:
+        Trainer(cfg).train()
+    assert not rec.hits, f"{preset}: tensors created without a device: {rec.report()}"
     rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
     for r in rows:

@@ -97,7 +97,7 @@ def _zero_var_summary(adv: torch.Tensor, group_ids: torch.Tensor, zero_var: torc
     zero_groups = torch.zeros(num_groups, device=group_ids.device).index_add_(0, group_ids, zero_var.float()) > 0
     return {
         "adv/mean": adv.mean(),
-        "adv/std": adv.std() if adv.numel() > 1 else torch.zeros(()),
+        "adv/std": adv.std() if adv.numel() > 1 else adv.new_zeros(()),
         "adv/abs_mean": adv.abs().mean(),
         "adv/zero_var_frac": zero_groups[present].float().mean(),
     }
@@ -313,7 +313,7 @@ def drpo_advantage(
     )
     f_rows = factors.to(rewards)[torch.searchsorted(qids, group_ids)]  # [B]
     scaled = a_hat / f_rows
-    batch_std = scaled.std(unbiased=std_mode == "unbiased") if scaled.numel() > 1 else torch.zeros(())
+    batch_std = scaled.std(unbiased=std_mode == "unbiased") if scaled.numel() > 1 else scaled.new_zeros(())
     adv = scaled / (batch_std + std_eps)
     metrics.update(_zero_var_summary(adv, group_ids, zero_var))
     return adv, metrics

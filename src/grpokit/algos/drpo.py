@@ -50,14 +50,14 @@ class DRPOState:
             hist = hist[-max(max_history, vectors.shape[0]) :]
         self.history[domain] = hist
         n = hist.shape[0]
-        return torch.arange(n - vectors.shape[0], n)
+        return torch.arange(n - vectors.shape[0], n, device=hist.device)
 
     def state_dict(self) -> dict[str, dict[str, torch.Tensor]]:
         return {"history": {d: v.clone() for d, v in self.history.items()}}
 
     def load_state_dict(self, state: dict) -> None:
         self.history = {
-            str(d): torch.as_tensor(v, dtype=torch.float64).clone() for d, v in state["history"].items()
+            str(d): torch.as_tensor(v, dtype=torch.float64, device="cpu").clone() for d, v in state["history"].items()
         }
 
 
@@ -70,8 +70,8 @@ def kmeans(
     then never picks a duplicate centre, so no cluster starts empty).
     """
     n = points.shape[0]
-    gen = torch.Generator().manual_seed(seed)
-    centres = [points[int(torch.randint(n, (1,), generator=gen))]]
+    gen = torch.Generator(device=points.device).manual_seed(seed)
+    centres = [points[int(torch.randint(n, (1,), generator=gen, device=points.device))]]
     d2 = ((points - centres[0]) ** 2).sum(-1)  # [N]
     for _ in range(1, k):
         nxt = int(torch.multinomial(d2 / d2.sum(), 1, generator=gen))
@@ -154,10 +154,10 @@ def drpo_scale_factors(
     """
     if sort_group_rewards:
         vectors = vectors.sort(dim=-1).values
-    factors = torch.empty(vectors.shape[0], dtype=torch.float64)
+    factors = torch.empty(vectors.shape[0], dtype=torch.float64, device=vectors.device)
     ks = []
     for dom in dict.fromkeys(domains):  # unique, in order of first appearance
-        q_idx = torch.tensor([i for i, d in enumerate(domains) if d == dom])
+        q_idx = torch.tensor([i for i, d in enumerate(domains) if d == dom], device=vectors.device)
         rows = state.append(dom, vectors[q_idx], max_history)
         cl = cluster_domain(state.history[dom], k_max=k_max, elbow_tol=elbow_tol, seed=seed)
         t_d = max(math.sqrt(state.history[dom].shape[0]) * cl.mu_d, eps)
@@ -168,6 +168,6 @@ def drpo_scale_factors(
         "drpo/factor_mean": factors.mean(),
         "drpo/factor_min": factors.min(),
         "drpo/factor_max": factors.max(),
-        "drpo/k_mean": torch.tensor(sum(ks) / max(len(ks), 1)),
+        "drpo/k_mean": factors.new_tensor(sum(ks) / max(len(ks), 1)),
     }
     return factors, metrics

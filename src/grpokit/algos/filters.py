@@ -43,7 +43,7 @@ def dynamic_sampling(
     keep = keep_group[group_ids]
     n_present = present.sum().clamp(min=1)
     metrics = {
-        "filter/kept_frac": keep.float().mean() if keep.numel() else torch.zeros(()),
+        "filter/kept_frac": keep.float().mean() if keep.numel() else keep.new_zeros((), dtype=torch.float32),
         "filter/kept_groups_frac": keep_group.sum() / n_present,
     }
     return keep, metrics
@@ -72,8 +72,8 @@ def overlong_punishment(
     ramp = (start - n) / cache_len
     r_len = torch.where(n <= start, torch.zeros_like(n), torch.where(n <= max_len, ramp, -torch.ones_like(n)))
     metrics = {
-        "overlong/penalised_frac": (r_len < 0).float().mean() if r_len.numel() else torch.zeros(()),
-        "overlong/penalty_mean": r_len.mean() if r_len.numel() else torch.zeros(()),
+        "overlong/penalised_frac": (r_len < 0).float().mean() if r_len.numel() else r_len.new_zeros(()),
+        "overlong/penalty_mean": r_len.mean() if r_len.numel() else r_len.new_zeros(()),
     }
     return r_len, metrics
 

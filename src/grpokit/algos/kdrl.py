@@ -107,5 +107,5 @@ def kdrl_loss(
     with torch.no_grad():
         metrics["kd/kl"] = masked_mean(kd.detach(), inp.mask)
         metrics["kd/mask_frac"] = masked_mean(w.expand_as(inp.mask), inp.mask)
-        metrics["kd/coef"] = torch.tensor(kd_coef)
+        metrics["kd/coef"] = inp.logp.new_tensor(kd_coef)
     return loss, metrics

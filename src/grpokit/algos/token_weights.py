@@ -31,7 +31,7 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def all_tokens(mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Every valid token with weight 1: w_it = m_it (plain GRPO). ``[B, T]``."""
     m = _float_mask(mask)
-    return m.clone(), {"tokens/selected_frac": torch.ones(())}
+    return m.clone(), {"tokens/selected_frac": m.new_ones(())}
 
 
 @TOKEN_WEIGHTS.register("lambda_grpo", inputs=("completion_ids", "group_ids"))
@@ -211,7 +211,7 @@ def iwae_trace_weights(
     else:
         raise ValueError(f"unknown IWAE selection '{selection}'; choose soft or top1")
     ess = 1.0 / _group_sum(w**2, group_ids)
-    return w, {"iwae/ess_mean": ess[ess.isfinite()].mean() if num_groups else torch.zeros(())}
+    return w, {"iwae/ess_mean": ess[ess.isfinite()].mean() if num_groups else ess.new_zeros(())}
 
 
 __all__ = [

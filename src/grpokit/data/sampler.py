@@ -24,8 +24,8 @@ class PromptSampler:
         self._perm = self._permutation(0)
 
     def _permutation(self, epoch: int) -> list[int]:
-        g = torch.Generator().manual_seed(self.seed + epoch)
-        return torch.randperm(len(self.rows), generator=g).tolist()
+        g = torch.Generator(device="cpu").manual_seed(self.seed + epoch)  # data order: CPU on every device
+        return torch.randperm(len(self.rows), generator=g, device="cpu").tolist()
 
     def next_batch(self, n: int) -> list[dict]:
         """The next ``n`` rows, crossing epoch boundaries as needed."""

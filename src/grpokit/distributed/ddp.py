@@ -41,6 +41,7 @@ import torch
 from rich.console import Console
 
 from grpokit.config.schema import DistributedConfig
+from grpokit.devices import module_device, place_model
 from grpokit.rollout.types import RolloutBatch
 from grpokit.trainer.learner import micro_batches
 from grpokit.trainer.metrics import RunLogger
@@ -81,7 +82,7 @@ def rank_micro_batches(batch: RolloutBatch, size: int, rows: slice) -> list[tupl
 
 def resolve_backend(name: str, model: torch.nn.Module) -> str:
     """``gloo`` or ``nccl`` for ``distributed.learner_backend`` (``auto`` follows the policy's device)."""
-    on_gpu = next(model.parameters()).device.type == "cuda"
+    on_gpu = module_device(model).type == "cuda"
     if name == "auto":
         return "nccl" if on_gpu else "gloo"
     if name == "nccl" and not on_gpu:
@@ -193,6 +194,7 @@ class Learners:
                 torch.distributed.broadcast(t.data, src=0)
 
     def _device(self) -> torch.device:
+        """Where collectives' tensors live: this rank's GPU under NCCL, the CPU under gloo."""
         return torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
 
 
@@ -219,18 +221,35 @@ def _all_reduce_flat(grads: list[torch.Tensor]) -> None:
         offset += g.numel()
 
 
+def local_cuda_device() -> torch.device:
+    """``cuda:LOCAL_RANK``: the GPU of this torchrun learner (one GPU per rank, ranks of a node in order)."""
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    count = torch.cuda.device_count()
+    if local >= count:
+        raise ValueError(
+            f"distributed.learner_backend=nccl: LOCAL_RANK={local} but this node has {count} CUDA device(s); "
+            "launch at most one learner per GPU (torchrun --nproc_per_node)"
+        )
+    return torch.device("cuda", local)
+
+
 def init_learners(cfg: DistributedConfig, model: torch.nn.Module) -> Learners:
     """Join the torchrun process group (if launched by torchrun) and sync the starting weights.
 
     Reads ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK`` from the environment; without them (or with
-    ``WORLD_SIZE=1``) returns the single-process ``Learners()`` and touches nothing.
+    ``WORLD_SIZE=1``) returns the single-process ``Learners()`` and touches nothing. Under NCCL
+    rank r uses ``cuda:LOCAL_RANK`` (:func:`local_cuda_device`) and the policy is moved there if it
+    was placed elsewhere (parameters keep their identity, so an optimizer built before still holds them).
     """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return Learners()
     backend = resolve_backend(cfg.learner_backend, model)
     if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        local = local_cuda_device()
+        torch.cuda.set_device(local)
+        if module_device(model) != local:  # model.device=cuda put every rank on cuda:0 before the ranks were known
+            place_model(model, local)
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group(backend=backend)
         atexit.register(_shutdown)

@@ -66,14 +66,15 @@ def build_commitment(hidden_at: Any, lengths: list[int], k: int, every: int) -> 
     per_row = [commit_positions(n, every) for n in lengths]
     m = max((len(p) for p in per_row), default=0)
     b = len(lengths)
-    positions = torch.full((b, m), -1, dtype=torch.long)
-    indices = torch.zeros(b, m, k, dtype=torch.long)
-    values = torch.zeros(b, m, k)
+    cpu = torch.device("cpu")  # a commitment travels between processes: it lives on the CPU
+    positions = torch.full((b, m), -1, dtype=torch.long, device=cpu)
+    indices = torch.zeros(b, m, k, dtype=torch.long, device=cpu)
+    values = torch.zeros(b, m, k, device=cpu)
     for r, pos in enumerate(per_row):
         if not pos:
             continue
-        idx, val = topk_entries(torch.stack([hidden_at(r, t) for t in pos]), k)
-        positions[r, : len(pos)] = torch.tensor(pos)
+        idx, val = (t.to(cpu) for t in topk_entries(torch.stack([hidden_at(r, t) for t in pos]), k))
+        positions[r, : len(pos)] = torch.tensor(pos, device=cpu)
         indices[r, : len(pos), : idx.shape[1]] = idx
         values[r, : len(pos), : idx.shape[1]] = val
     return Commitment(positions, indices, values)
@@ -176,19 +177,22 @@ def check_commitment(commitment: Commitment, hidden: torch.Tensor, prompt_width:
     within ``tolerance`` (smallest committed magnitude >= largest uncommitted * (1 - tolerance)).
     Returns (accepted, {"max_rel_err", "failed_positions"}).
     """
-    rows, slots = (commitment.positions >= 0).nonzero(as_tuple=True)
+    positions = commitment.positions.to(hidden.device)  # the commitment (CPU) meets the validator's states
+    rows, slots = (positions >= 0).nonzero(as_tuple=True)
     if rows.numel() == 0:
         return True, {"max_rel_err": 0.0, "failed_positions": 0.0}
-    t = commitment.positions[rows, slots]
+    t = positions[rows, slots]
     if int(t.max()) + prompt_width > hidden.shape[1]:
         return False, {"max_rel_err": float("inf"), "failed_positions": float(rows.numel())}
     vecs = hidden[rows, prompt_width + t - 1]  # [N, d]
-    idx, val = commitment.indices[rows, slots], commitment.values[rows, slots]  # [N, k]
+    idx = commitment.indices.to(hidden.device)[rows, slots]  # [N, k]
+    val = commitment.values.to(hidden.device)[rows, slots]  # [N, k]
     k = idx.shape[1]
     got = vecs.gather(-1, idx)
     rel = (got - val).abs() / val.abs().clamp(min=1e-6)
     bad = rel.max(-1).values > tolerance
-    bad |= torch.tensor([len(set(r.tolist())) != k for r in idx])
+    distinct = idx.sort(-1).values.diff(dim=-1).ne(0).all(-1)  # the k committed indices are distinct
+    bad |= ~distinct
     if vecs.shape[1] > k:  # the largest uncommitted magnitude may not exceed the smallest committed one
         rest = vecs.abs().scatter(-1, idx, float("-inf")).max(-1).values
         bad |= got.abs().min(-1).values < rest * (1 - tolerance)

@@ -17,6 +17,14 @@ padding never reaches the head (padding-free packing for the head). Both passes 
 vocabulary in slices of :data:`VOCAB_SLICE` rows, each copied once into oneDNN's packed layout
 (:mod:`grpokit.model.packed_linear`), so the largest temporaries are a 27 MB packed slice and
 ``[chunk, slice]`` logit blocks; the forward combines the slices with an online log-sum-exp.
+
+Devices: the same code runs on any device. Packing is oneDNN's and happens only for fp32 weights
+on the CPU; elsewhere (CUDA, bf16) a slice is a view of the weight and the products are plain
+``F.linear``, so on a GPU this is hidden states + the head in vocabulary slices with stock torch
+ops, keeping the memory saving. Logits and the running statistics are float32 whatever the
+model's dtype (as the transformers logits path's ``.float()``; float64 stays float64), and the
+loops never synchronise with the host: the target's logit is a gather masked by whether the target
+falls in the slice (the values are bit-identical to indexing the hit rows).
 """
 
 from __future__ import annotations
@@ -36,6 +44,16 @@ def _slices(vocab: int, size: int) -> list[tuple[int, int]]:
     return [(v, min(v + size, vocab)) for v in range(0, vocab, size)]
 
 
+def _accumulation_dtype(hidden: torch.Tensor) -> torch.dtype:
+    """float32 for fp32 / bf16 / fp16 models (float64 stays float64): the dtype of logits and statistics."""
+    return torch.promote_types(hidden.dtype, torch.float32)
+
+
+def _in_slice(targets: torch.Tensor, v0: int, v1: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(whether each target is in vocabulary rows [v0, v1) ``[N]``, its column there, clamped into range ``[N]``)."""
+    return (targets >= v0) & (targets < v1), (targets - v0).clamp(0, v1 - v0 - 1)
+
+
 class _HeadLogprob(torch.autograd.Function):
     """Both passes loop over vocabulary slices (outer; each packed once) and row chunks (inner).
 
@@ -45,21 +63,19 @@ class _HeadLogprob(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, inv_temp: float, chunk: int, want_entropy: bool):  # noqa: D401
-        n = hidden.shape[0]
-        run_max = hidden.new_full((n,), float("-inf"))
-        run_sum = hidden.new_zeros(n)
-        run_dot = hidden.new_zeros(n)
-        target_logit = hidden.new_zeros(n)
+        n, acc = hidden.shape[0], _accumulation_dtype(hidden)
+        run_max = hidden.new_full((n,), float("-inf"), dtype=acc)
+        run_sum = run_max.new_zeros(n)
+        run_dot = run_max.new_zeros(n)
+        target_logit = run_max.new_zeros(n)
         for v0, v1 in _slices(weight.shape[0], VOCAB_SLICE):
             head = PackedLinear(weight[v0:v1], None, chunk)  # oneDNN's layout: ~2x MKL's rate for [c, H] x [H, V] on CPU
-            inside = (targets >= v0) & (targets < v1)
+            inside, local = _in_slice(targets, v0, v1)
             for s in range(0, n, chunk):
                 e = min(s + chunk, n)
-                z = head(hidden[s:e]).mul_(inv_temp)  # [c, v1 - v0]
-                hit = inside[s:e]
-                if bool(hit.any()):
-                    rows = hit.nonzero().squeeze(-1)
-                    target_logit[s + rows] = z[rows, targets[s + rows] - v0]
+                z = head(hidden[s:e]).to(acc).mul_(inv_temp)  # [c, v1 - v0]; .to is a no-op in fp32
+                picked = z.gather(1, local[s:e, None]).squeeze(1)
+                target_logit[s:e] = torch.where(inside[s:e], picked, target_logit[s:e])
                 new_max = torch.maximum(run_max[s:e], z.amax(-1))
                 rescale = (run_max[s:e] - new_max).exp_()
                 p = (z - new_max[:, None]).exp_()
@@ -69,7 +85,7 @@ class _HeadLogprob(torch.autograd.Function):
                 run_max[s:e] = new_max
         lse = run_max + run_sum.log()
         logp = target_logit - lse
-        ent = (lse - run_dot / run_sum) if want_entropy else hidden.new_zeros(n)
+        ent = (lse - run_dot / run_sum) if want_entropy else run_sum.new_zeros(n)
         ctx.save_for_backward(hidden, weight, targets, lse, ent)
         ctx.inv_temp, ctx.chunk = inv_temp, chunk
         ctx.set_materialize_grads(False)  # an unused output (the entropy metric) gets None, not zeros
@@ -83,16 +99,16 @@ class _HeadLogprob(torch.autograd.Function):
         grad_h = torch.zeros_like(hidden) if need_h else None
         in_place = need_w and head_grad_in_place(weight)  # add into weight.grad, return None (grad_sinks)
         grad_w = (weight.grad if in_place else torch.zeros_like(weight)) if need_w else None
-        n = hidden.shape[0]
+        n, acc = hidden.shape[0], _accumulation_dtype(hidden)
         g_all = g_logp[:, None] if g_logp is not None else lse.new_zeros(n, 1)
         for v0, v1 in _slices(weight.shape[0], VOCAB_SLICE):
             w_slice = weight[v0:v1]
             head = PackedLinear(w_slice, None, chunk)  # packed again rather than kept from the forward
-            inside = (targets >= v0) & (targets < v1)
+            inside, local = _in_slice(targets, v0, v1)
             for s in range(0, n, chunk):
                 e = min(s + chunk, n)
                 h = hidden[s:e]
-                z = head(h).mul_(inv_temp)  # [c, v1 - v0]; at most two such blocks live below
+                z = head(h).to(acc).mul_(inv_temp)  # [c, v1 - v0]; at most two such blocks live below
                 g = g_all[s:e]
                 scale = None
                 if g_ent is not None:  # dH/dz = -p (log p + H): fold into one factor with the logp term
@@ -100,11 +116,8 @@ class _HeadLogprob(torch.autograd.Function):
                 gz = z.sub_(lse[s:e, None]).exp_()  # p, in place
                 gz.mul_(scale if scale is not None else g).neg_()  # -p * (g_logp [+ (log p + H) g_ent])
                 del scale
-                hit = inside[s:e]
-                if bool(hit.any()):  # + onehot(y) * g_logp for the targets in this slice
-                    rows = hit.nonzero().squeeze(-1)
-                    gz[rows, targets[s + rows] - v0] += g[rows, 0]
-                gz.mul_(inv_temp)
+                gz.scatter_add_(1, local[s:e, None], g * inside[s:e, None])  # + onehot(y) g_logp, y in this slice
+                gz = gz.mul_(inv_temp).to(weight.dtype)  # no-op in fp32
                 if need_h:
                     grad_h[s:e].addmm_(gz, w_slice)
                 if need_w:

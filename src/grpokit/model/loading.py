@@ -14,7 +14,9 @@ not trainable) and the plain float32 model plus tokenizer are cached as safetens
 first load takes ≈ 30 s for the embedded model; later loads read the cache in well under a second.
 The cache folder is written under a temporary name and renamed, so a crash never leaves half of it.
 Every form is finally loaded from a plain HF directory, so the first and later loads give the same
-model.
+model. On CUDA (``device=``) the model is loaded with PyTorch's fused attention (``sdpa``), or
+FlashAttention 2 when ``flash_attn`` is installed and the dtype is bfloat16 / float16, and moved to
+the device; on the CPU transformers' own choice is kept.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("float32", "bfloat16", "float16")
 CACHE_ENV = "GRPOKIT_CACHE"
 
 
@@ -74,24 +76,47 @@ def cache_dir() -> Path:
 
 
 def load_model(
-    source: str | os.PathLike[str], dtype: str = "float32"
+    source: str | os.PathLike[str], dtype: str = "float32", device: Any = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load ``(model, tokenizer)`` from an embedded name, a local HF directory or a ``.gguf`` file.
 
     The tokenizer pads on the left and always has a pad token (the EOS token when the model has
     none); ``model.config`` and ``model.generation_config`` carry the same pad id. ``dtype`` is
-    ``"float32"`` or ``"bfloat16"``; GGUF weights are dequantised and cached in float32 either way.
+    ``"float32"``, ``"bfloat16"`` or (CUDA only) ``"float16"``; GGUF weights are dequantised and
+    cached in float32 either way. ``device`` (a ``torch.device`` or string, None = the CPU) is where
+    the model is put; a CUDA device also picks the attention kernel (:func:`attention_implementation`).
     """
+    import torch
+
+    from grpokit.devices import is_cpu, resolve_dtype
+
+    target = torch.device(device) if device is not None else torch.device("cpu")
     torch_dtype = _torch_dtype(dtype)
+    resolve_dtype(dtype, target)  # float16 on the CPU: one line naming model.dtype
     folder = _hf_folder(source, build_cache=True)
     if folder is None:  # unreachable: build_cache=True always returns a folder
         raise ModelLoadError(f"could not resolve model '{os.fspath(source)}'")
     from transformers import AutoModelForCausalLM
 
     tokenizer = _load_tokenizer_from(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, local_files_only=True)
+    kwargs: dict[str, Any] = {} if is_cpu(target) else {"attn_implementation": attention_implementation(torch_dtype)}
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, local_files_only=True, **kwargs)
+    if not is_cpu(target):
+        model.to(target)
     _align_special_ids(model, tokenizer)
     return model, tokenizer
+
+
+def attention_implementation(dtype: Any) -> str:
+    """The attention kernel of a CUDA model: FlashAttention 2 or PyTorch's fused ``sdpa``.
+
+    ``flash_attention_2`` when ``flash_attn`` is installed and ``dtype`` is half precision (its
+    kernels have no fp32), else ``sdpa``.
+    """
+    import torch
+
+    half = dtype in (torch.bfloat16, torch.float16)
+    return "flash_attention_2" if half and importlib.util.find_spec("flash_attn") is not None else "sdpa"
 
 
 def load_tokenizer(source: str | os.PathLike[str]) -> PreTrainedTokenizerBase:

@@ -85,8 +85,8 @@ def decoder_and_head(model: torch.nn.Module) -> Optional[tuple[torch.nn.Module, 
 def first_row_of_each_group(group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(row index of each distinct group's first row ``[n]``, group position of every row ``[B]``)."""
     uniq, inverse = torch.unique(group_ids, return_inverse=True)
-    first = torch.full((len(uniq),), len(group_ids), dtype=torch.long)
-    first = first.scatter_reduce(0, inverse, torch.arange(len(group_ids)), reduce="amin")
+    first = torch.full((len(uniq),), len(group_ids), dtype=torch.long, device=group_ids.device)
+    first = first.scatter_reduce(0, inverse, torch.arange(len(group_ids), device=group_ids.device), reduce="amin")
     return first, inverse
 
 
@@ -263,7 +263,7 @@ def masked_head_logprobs(
         hidden[rows, cols], weight, completion_ids[rows, cols], temperature=temperature,
         with_entropy=with_entropy, entropy_grad=entropy_grad,
     )
-    zeros = hidden.new_zeros(completion_ids.shape)
+    zeros = logp_flat.new_zeros(completion_ids.shape)  # float32, whatever the model's dtype
     logp = zeros.index_put((rows, cols), logp_flat)
     return logp, (zeros.index_put((rows, cols), ent_flat) if ent_flat is not None else None)
 

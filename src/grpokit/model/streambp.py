@@ -62,8 +62,8 @@ def _parts(model):
     return parts
 
 
-def _group_ids(group_ids: Optional[torch.Tensor], b: int) -> torch.Tensor:
-    return group_ids if group_ids is not None else torch.arange(b)
+def _group_ids(group_ids: Optional[torch.Tensor], completion_ids: torch.Tensor) -> torch.Tensor:
+    return group_ids if group_ids is not None else torch.arange(completion_ids.shape[0], device=completion_ids.device)
 
 
 def _prompt_forward(decoder, prompt_ids, prompt_mask, first):
@@ -94,8 +94,8 @@ def streamed_forward(
 ) -> tuple[torch.Tensor, Optional[torch.Tensor], StreamState]:
     """Phase 1: log-probs ``[B, T]`` (entropies ``[B, T]``) chunk by chunk, and the KV cache."""
     decoder, weight = _parts(model)
-    b, t = completion_ids.shape
-    first, inverse = first_row_of_each_group(_group_ids(group_ids, b))
+    t = completion_ids.shape[1]
+    first, inverse = first_row_of_each_group(_group_ids(group_ids, completion_ids))
     out = _prompt_forward(decoder, prompt_ids, prompt_mask, first)
     first_hidden = out.last_hidden_state[inverse, -1:]  # [B, 1, H]
     logps, ents = [], []

@@ -86,3 +86,9 @@ class Policy(Protocol):
         """Whether ``score(..., role)`` can be served (a reference or a teacher is held)."""
 
     def trainable_parameters(self) -> Iterator[torch.nn.Parameter]: ...
+
+    def begin_step(self, step: int) -> None:
+        """Called before each step's sampling with the learner's step (the weights version)."""
+
+    def sampler_metrics(self) -> dict[str, float]:
+        """Metrics of the sampler itself (e.g. an engine's weight-sync check)."""

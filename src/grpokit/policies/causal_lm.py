@@ -55,6 +55,16 @@ class CausalLMPolicy:
         return (p for p in self.module.parameters() if p.requires_grad)
 
     # ------------------------------------------------------------------ sampling
+    def begin_step(self, step: int) -> None:
+        """The learner is at ``step``: an engine that syncs weights tags its batches with this version."""
+        if hasattr(self.backend, "learner_step"):
+            self.backend.learner_step = step
+
+    def sampler_metrics(self) -> dict[str, float]:
+        """The sampler's own metrics (an engine's last weight-sync check), logged with the step."""
+        diff = getattr(self.backend, "last_sync_diff", None)
+        return {"rollout/sync_logp_diff": float(diff)} if diff is not None else {}
+
     def sample(self, prompts: list[str], rows: list[dict[str, Any]], group_size: int, params: SamplingParams) -> RolloutBatch:
         return self.backend.generate(prompts, rows, group_size, params)
 

@@ -63,7 +63,7 @@ def minilm_embed(
     """
     encoder, tokenizer = load_encoder(backbone, device)
     texts = [str(t) for t in texts]
-    out = torch.zeros(len(texts), encoder.config.hidden_size)
+    out = torch.zeros(len(texts), encoder.config.hidden_size, device="cpu")
     keep = [i for i, t in enumerate(texts) if t.strip()]
     dev = next(encoder.parameters()).device
     for start in range(0, len(keep), batch_size):

@@ -242,15 +242,15 @@ def hashing_embed(texts: list[str], n: int = 3, dim: int = 2048) -> torch.Tensor
     adds 1 to bucket ``crc32(ngram) mod dim`` (crc32 is stable across processes, unlike
     ``hash``). Offline stand-in for a sentence encoder: cosine ≈ character overlap.
     """
-    out = torch.zeros(len(texts), dim)
+    out = torch.zeros(len(texts), dim, device="cpu")
     for row, text in enumerate(texts):
         words = " ".join(text.lower().split())
         if not words:
             continue  # empty text: zero vector
         s = " " + words + " "
         grams = [s[k : k + n] for k in range(max(len(s) - n + 1, 1))]
-        idx = torch.tensor([zlib.crc32(g.encode("utf-8")) % dim for g in grams])
-        out[row].index_add_(0, idx, torch.ones(len(idx)))
+        idx = torch.tensor([zlib.crc32(g.encode("utf-8")) % dim for g in grams], device="cpu")
+        out[row].index_add_(0, idx, out.new_ones(len(idx)))
     return out
 
 
@@ -259,7 +259,7 @@ EMBEDDERS: dict[str, Callable[[list[str]], torch.Tensor]] = {"hashing": hashing_
 
 def _unit(x: torch.Tensor) -> torch.Tensor:
     """Rows scaled to unit norm in float64; zero rows stay zero (cosine 0 with everything)."""
-    x = torch.as_tensor(x).detach().to("cpu", torch.float64)
+    x = torch.as_tensor(x, dtype=torch.float64, device="cpu").detach()  # an embedder's output, from any device
     return x / x.norm(dim=-1, keepdim=True).clamp(min=1e-12)
 
 
@@ -271,17 +271,17 @@ def _schur_and_refs(phi: torch.Tensor, reference: str, eps: float, ref_embs: lis
     """
     g = phi.shape[0]
     kernel = phi @ phi.T  # [G, G] cosine kernel
-    eye = torch.eye(g, dtype=phi.dtype)
+    eye = torch.eye(g, dtype=phi.dtype, device=phi.device)
     if reference == "group":
         others = [phi[[j for j in range(g) if j != i]] for i in range(g)]
         return 1.0 / torch.linalg.inv(kernel + eps * eye).diagonal(), others
     if reference == "sequential":
         return torch.linalg.cholesky(kernel + eps * eye).diagonal() ** 2, [phi[:i] for i in range(g)]
-    schur = torch.empty(g, dtype=phi.dtype)
+    schur = phi.new_empty(g)
     for i in range(g):
         ref = ref_embs[i]  # type: ignore[index]
         k = ref @ phi[i]  # [|R|]
-        inner = ref @ ref.T + eps * torch.eye(ref.shape[0], dtype=phi.dtype)
+        inner = ref @ ref.T + eps * torch.eye(ref.shape[0], dtype=phi.dtype, device=phi.device)
         schur[i] = kernel[i, i] + eps - (k @ torch.linalg.solve(inner, k) if ref.shape[0] else 0.0)
     return schur, ref_embs
 

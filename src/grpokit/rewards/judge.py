@@ -150,7 +150,7 @@ def _p_first(judge: Judge, texts: list[str], batch_size: int) -> torch.Tensor:
         logits = judge.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1].float()
         margin = logits[:, a_ids].logsumexp(-1) - logits[:, b_ids].logsumexp(-1)  # [b]
         out.append(torch.sigmoid(margin.double()).cpu())
-    return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64, device="cpu")
 
 
 def llm_judge_prefer_batch(

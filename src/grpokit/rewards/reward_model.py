@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from grpokit.devices import module_device
 from grpokit.rewards.builtin import REWARDS
 
 logger = logging.getLogger(__name__)
@@ -86,11 +87,12 @@ class RewardModel:
                  heads: dict[str, torch.Tensor] | None = None) -> None:
         self.encoder, self.tokenizer, self.config = encoder, tokenizer, config
         k, hidden = len(config.aspects), encoder.config.hidden_size
-        self.head = torch.nn.Linear(hidden, k)
-        self.target_mean, self.target_std = torch.zeros(k), torch.ones(k)
+        self.device = module_device(encoder)  # the CPU unless the caller moved the encoder
+        self.head = torch.nn.Linear(hidden, k, device=self.device)
+        self.target_mean, self.target_std = torch.zeros(k, device=self.device), torch.ones(k, device=self.device)
         if heads is not None:
             self.head.load_state_dict({"weight": heads["head.weight"], "bias": heads["head.bias"]})
-            self.target_mean, self.target_std = heads["target_mean"], heads["target_std"]
+            self.target_mean, self.target_std = heads["target_mean"].to(self.device), heads["target_std"].to(self.device)
 
     @property
     def aspects(self) -> list[str]:
@@ -101,7 +103,7 @@ class RewardModel:
         kwargs = {"padding": True, "truncation": True, "max_length": self.config.max_length,
                   "return_tensors": "pt"}
         pair = (list(prompts), list(texts)) if self.config.uses_prompt else (list(texts),)
-        batch = self.tokenizer(*pair, **kwargs)
+        batch = self.tokenizer(*pair, **kwargs).to(self.device)
         hidden = self.encoder(**batch).last_hidden_state  # [N, T, H]
         mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # [N, T, 1]
         return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
@@ -113,7 +115,7 @@ class RewardModel:
             self.embed(None if prompts is None else prompts[i : i + batch_size], texts[i : i + batch_size])
             for i in range(0, len(texts), batch_size)
         ]
-        return torch.cat(out) if out else torch.zeros(0, self.encoder.config.hidden_size)
+        return torch.cat(out) if out else torch.zeros(0, self.encoder.config.hidden_size, device=self.device)
 
     @torch.no_grad()
     def score(self, prompts: Sequence[str] | None, texts: Sequence[str], batch_size: int = 32) -> torch.Tensor:
@@ -195,7 +197,7 @@ def _split(n: int, heldout_fraction: float, seed: int) -> tuple[torch.Tensor, to
         )
     order = list(range(n))
     random.Random(seed).shuffle(order)
-    return torch.tensor(order[n_held:]), torch.tensor(order[:n_held])
+    return torch.tensor(order[n_held:], device="cpu"), torch.tensor(order[:n_held], device="cpu")
 
 
 Side = tuple[list[str] | None, list[str]]  # (prompts or None, texts) for every row
@@ -219,12 +221,12 @@ def _fit(rm: RewardModel, sides: list[Side], train_idx: torch.Tensor,
 
     params = list(rm.head.parameters()) + ([] if freeze_backbone else list(rm.encoder.parameters()))
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device="cpu").manual_seed(seed)
     rm.encoder.train(not freeze_backbone)
     with Progress(disable=not progress) as bar:
         task = bar.add_task(f"rm train ({rm.config.kind})", total=epochs)
         for _ in range(epochs):
-            order = train_idx[torch.randperm(len(train_idx), generator=generator)]
+            order = train_idx[torch.randperm(len(train_idx), generator=generator, device="cpu")]
             for start in range(0, len(order), batch_size):
                 idx = order[start : start + batch_size]
                 loss = loss_fn([head_out(s, idx) for s in range(len(sides))], idx)
@@ -259,7 +261,7 @@ def train_regression_rm(
         raise RewardModelError("aspect_columns is empty; name at least one numeric column (--aspects a,b)")
     texts = _column(rows, text_column)
     prompts = _column(rows, prompt_column) if prompt_column else None
-    y = torch.tensor([_column(rows, a, float) for a in aspect_columns]).T  # [N, K]
+    y = torch.tensor([_column(rows, a, float) for a in aspect_columns], device="cpu").T  # [N, K]
     train_idx, held_idx = _split(len(rows), heldout_fraction, seed)
     config = RMConfig("regression", list(aspect_columns), prompts is not None, max_length, backbone=backbone)
     rm = _new_model(backbone, config, seed)
@@ -343,11 +345,11 @@ def _combine(rm: RewardModel, scores: torch.Tensor, aspect: str | None,
         unknown = sorted(set(weights) - set(names))
         if unknown:
             raise RewardModelError(f"reward 'rm_score': weights name unknown aspects {unknown}; use {names}")
-        w = torch.tensor([float(weights.get(n, 0.0)) for n in names])
+        w = torch.tensor([float(weights.get(n, 0.0)) for n in names], device=scores.device)
     else:
         if len(weights) != len(names):
             raise RewardModelError(f"reward 'rm_score': {len(weights)} weights for {len(names)} aspects {names}")
-        w = torch.tensor([float(x) for x in weights])
+        w = torch.tensor([float(x) for x in weights], device=scores.device)
     return scores @ w
 
 

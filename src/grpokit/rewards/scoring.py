@@ -67,8 +67,8 @@ def call_with_timeout(name: str, fn: Callable, args: tuple, kwargs: dict, timeou
 class RewardScores:
     """Per-reward scores, their weighted total, and per-reward failure counts for one batch."""
 
-    per_reward: dict[str, torch.Tensor]  # name -> [N] float32, nan where None or failed
-    total: torch.Tensor  # [N] float32, sum_r weight_r * score_r with nan treated as 0
+    per_reward: dict[str, torch.Tensor]  # name -> [N] float32 on CPU, nan where None or failed
+    total: torch.Tensor  # [N] float32 on CPU, sum_r weight_r * score_r with nan treated as 0
     failures: dict[str, int] = field(default_factory=dict)  # name -> samples that raised
 
 
@@ -203,11 +203,11 @@ def score_completions(
 
     per_reward: dict[str, torch.Tensor] = {}
     failures: dict[str, int] = {}
-    total = torch.zeros(n, dtype=torch.float32)
+    total = torch.zeros(n, dtype=torch.float32, device="cpu")  # rewards are Python: the trainer moves scores
     for reward in rewards:
         cols, failures[reward.name] = _score_one(reward, prompts, completions, columns, group_ids, on_error, timeout_s)
         for col, scores in cols.items():
-            tensor = torch.tensor(scores, dtype=torch.float32)  # [N]
+            tensor = torch.tensor(scores, dtype=torch.float32, device="cpu")  # [N]
             per_reward[col] = tensor
             total += reward.weight * torch.nan_to_num(tensor, nan=0.0)
 

@@ -9,7 +9,7 @@ mathematics as the transformers forward with:
 * the query/key/value projections fused into one matrix and gate/up into another (4 products per
   layer instead of 7), every weight reordered once per ``generate`` call into oneDNN's blocked
   layout (``torch.ops.mkldnn._linear_pointwise``; 75-130 GFLOP/s at those shapes, the LM head
-  2.4x faster), with a plain ``F.linear`` fallback where oneDNN is not available (GPU, no MKLDNN);
+  2.4x faster), with a plain ``F.linear`` fallback where oneDNN is not available (no MKLDNN, not fp32);
 * a static KV cache ``[B, kv_heads, P + T, d]`` per layer, written in place (no ``torch.cat``
   per step) and compacted only when enough rows have finished;
 * the layer written out as tensor code: no mask construction, no cache objects, no hooks.
@@ -19,7 +19,8 @@ with the transformers forward, so they only have to agree to float rounding (tes
 logits against ``model(...)``). Supported: ``model_type`` llama, mistral (without a sliding window
 shorter than the sequence) and qwen2 (q/k/v biases), plain or with LoRA adapters (their delta
 weights are folded into the packed copy; nothing in the model changes). Anything else returns
-None from :meth:`FusedDecoder.build` and the backend keeps the transformers loop.
+None from :meth:`FusedDecoder.build` and the backend keeps the transformers loop, as does every
+model that is not on the CPU (on CUDA the transformers forward is the fast path).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from grpokit.devices import is_cpu, module_device
 from grpokit.model.packed_linear import PackedLinear
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -100,13 +102,19 @@ class FusedDecoder:
         self.scaling = decoder.layers[0].self_attn.scaling
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
-        self.bias = torch.empty(0)  # [B, L_max] additive attention bias (-inf on prompt padding)
+        self.bias = torch.empty(0, device=module_device(decoder))  # [B, L_max] additive attention bias (-inf on prompt padding)
         self.length = 0  # filled cache positions
 
     @classmethod
     def build(cls, model: torch.nn.Module, rows_hint: int) -> Optional["FusedDecoder"]:
-        """The fused decoder of ``model`` (weights packed now), or None when the model is not supported."""
+        """The fused decoder of ``model`` (weights packed now), or None when the model is not supported.
+
+        CPU only: off the CPU (CUDA) the transformers forward with its own kernels is the fast path,
+        and the prepacked layout this decoder exists for is oneDNN's.
+        """
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        if not is_cpu(module_device(base)):
+            return None
         cfg = getattr(base, "config", None)
         decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
         head_module = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None

@@ -12,6 +12,7 @@ from typing import Optional
 
 import torch
 
+from grpokit.devices import module_device
 from grpokit.model.logprobs import cache_kwarg, output_cache
 from grpokit.rollout.fused_decode import FusedDecoder
 from grpokit.rollout.types import RolloutBatch, SamplingParams, group_batch
@@ -22,7 +23,7 @@ def completion_mask_from_eos(completion_ids: torch.Tensor, eos_ids: list[int]) -
 
     Rows without any EOS are truncated (they hit the length cap) and keep every token.
     """
-    is_eos = torch.isin(completion_ids, torch.tensor(eos_ids))
+    is_eos = torch.isin(completion_ids, torch.tensor(eos_ids, device=completion_ids.device))
     seen_before = (is_eos.cumsum(-1) - is_eos.long()) > 0  # an EOS strictly earlier
     mask = (~seen_before).long()
     truncated = ~is_eos.any(-1)
@@ -51,7 +52,7 @@ def sample_categorical(probs: torch.Tensor) -> torch.Tensor:
     ``torch.multinomial``, whose exponential-race sampler costs ~40 ms per ``[32, 49152]`` call.
     """
     cdf = probs.cumsum(-1)
-    u = torch.rand(probs.shape[0], 1, dtype=cdf.dtype) * cdf[:, -1:]
+    u = torch.rand(probs.shape[0], 1, dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
 
 
@@ -98,6 +99,8 @@ class HFBackend:
     the transformers forward every step. The prompt prefill always uses the transformers forward.
     """
 
+    engine = "hf"  # the learner's own module, in-process
+
     # Finished rows stay in the fused decoder's batch (their tokens are ignored) until this
     # fraction of it has finished; compacting copies the whole KV cache.
     COMPACT_FRACTION = 0.125
@@ -114,14 +117,14 @@ class HFBackend:
     @torch.no_grad()
     def _decode(self, input_ids: torch.Tensor, attention: torch.Tensor, group_size: int, params: SamplingParams):
         """Token ids, sampler log-probs and entropies, each ``[B, T]`` (pad / 0 after a row's EOS)."""
-        model, key = self.model, cache_kwarg(self.model)
+        model, key, device = self.model, cache_kwarg(self.model), input_ids.device
         n = input_ids.shape[0]
         b = n * group_size
-        fused = FusedDecoder.build(model, rows_hint=b) if self.fused_decode else None
+        fused = FusedDecoder.build(model, rows_hint=b) if self.fused_decode else None  # None off CPU
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1)
         cache = output_cache(out)
-        expand = torch.arange(n).repeat_interleave(group_size)
+        expand = torch.arange(n, device=device).repeat_interleave(group_size)
         logits = out.logits[expand, -1]  # [B, V]
         if fused is not None:
             fused.start(cache, attention, expand, params.max_new_tokens)
@@ -129,12 +132,12 @@ class HFBackend:
         elif group_size > 1:
             cache.reorder_cache(expand)
         attention, next_pos = attention[expand], positions[expand, -1] + 1
-        tokens = torch.full((b, params.max_new_tokens), self.pad_id, dtype=torch.long)
-        logps = torch.zeros(b, params.max_new_tokens)
-        entropies = torch.zeros(b, params.max_new_tokens)
-        rows = torch.arange(b)  # the output row of every batch row, in cache order
-        live = torch.ones(b, dtype=torch.bool)  # batch rows still generating
-        eos = torch.tensor(self.eos_ids)
+        tokens = torch.full((b, params.max_new_tokens), self.pad_id, dtype=torch.long, device=device)
+        logps = torch.zeros(b, params.max_new_tokens, device=device)
+        entropies = torch.zeros(b, params.max_new_tokens, device=device)
+        rows = torch.arange(b, device=device)  # the output row of every batch row, in cache order
+        live = torch.ones(b, dtype=torch.bool, device=device)  # batch rows still generating
+        eos = torch.tensor(self.eos_ids, device=device)
         for t in range(params.max_new_tokens):
             tok, lp, ent = next_tokens(logits, params, banned=eos if t < params.min_new_tokens else None)
             tokens[rows[live], t], logps[rows[live], t], entropies[rows[live], t] = tok[live], lp[live], ent[live]
@@ -149,7 +152,7 @@ class HFBackend:
             if fused is not None:
                 logits = fused.step(tok, next_pos)
             else:
-                attention = torch.cat([attention, torch.ones(len(tok), 1, dtype=attention.dtype)], dim=1)
+                attention = torch.cat([attention, attention.new_ones(len(tok), 1)], dim=1)
                 out = model(input_ids=tok.unsqueeze(-1), attention_mask=attention, position_ids=next_pos.unsqueeze(-1), use_cache=True, **{key: cache})
                 logits = out.logits[:, -1]
             next_pos = next_pos + 1
@@ -159,17 +162,19 @@ class HFBackend:
     def generate(
         self, prompt_texts: list[str], rows: list[dict], group_size: int, params: SamplingParams
     ) -> RolloutBatch:
-        """Sample ``group_size`` completions per prompt; rows are ordered prompt-major."""
+        """Sample ``group_size`` completions per prompt; rows are ordered prompt-major, on the model's device."""
         enc = self.tokenizer(prompt_texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        device = module_device(self.model)
+        input_ids, attention = enc.input_ids.to(device), enc.attention_mask.to(device)
         was_training = self.model.training
         self.model.eval()
         try:
-            completion_ids, sampling_logp, entropy = self._decode(enc.input_ids, enc.attention_mask, group_size, params)
+            completion_ids, sampling_logp, entropy = self._decode(input_ids, attention, group_size, params)
         finally:
             self.model.train(was_training)
         mask, truncated = completion_mask_from_eos(completion_ids, self.eos_ids)
         width = int(mask.sum(-1).max().clamp(min=1))
         completion_ids, mask = completion_ids[:, :width], mask[:, :width]
         sampling_logp, entropy = sampling_logp[:, :width] * mask, entropy[:, :width] * mask
-        return group_batch(self.tokenizer, enc.input_ids, enc.attention_mask, rows, group_size,
+        return group_batch(self.tokenizer, input_ids, attention, rows, group_size,
                            completion_ids, mask, sampling_logp, truncated, entropy)

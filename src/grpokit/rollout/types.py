@@ -117,8 +117,10 @@ def group_batch(
     Every backend ends here: prompts repeated G times, group ids, decoded completion texts (the
     masked tokens, special tokens skipped) and each row's data row.
     """
-    group_ids = torch.arange(prompt_ids.shape[0]).repeat_interleave(group_size)
-    texts = tokenizer.batch_decode([ids[m.bool()] for ids, m in zip(completion_ids, completion_mask)], skip_special_tokens=True)
+    group_ids = torch.arange(prompt_ids.shape[0], device=prompt_ids.device).repeat_interleave(group_size)
+    ids_cpu, mask_cpu = completion_ids.cpu(), completion_mask.cpu()  # one copy off an accelerator, not one per row
+    texts = tokenizer.batch_decode([ids[m.bool()] for ids, m in zip(ids_cpu, mask_cpu)], skip_special_tokens=True)
+    group_list = group_ids.tolist()
     return RolloutBatch(
         prompt_ids=prompt_ids.repeat_interleave(group_size, 0),
         prompt_mask=prompt_mask.repeat_interleave(group_size, 0),
@@ -128,9 +130,9 @@ def group_batch(
         sampling_logp=sampling_logp,
         truncated=truncated,
         entropy=entropy,
-        prompts=[rows[g]["prompt"] for g in group_ids.tolist()],
+        prompts=[rows[g]["prompt"] for g in group_list],
         completions=texts,
-        rows=[rows[g] for g in group_ids.tolist()],
+        rows=[rows[g] for g in group_list],
     )
 
 
@@ -146,7 +148,7 @@ def _pad_to(x: torch.Tensor, width: int, value: float, left: bool) -> torch.Tens
     pad = width - x.shape[1]
     if pad == 0:
         return x
-    filler = torch.full((x.shape[0], pad), value, dtype=x.dtype)
+    filler = x.new_full((x.shape[0], pad), value)
     return torch.cat([filler, x] if left else [x, filler], dim=1)
 
 
@@ -176,6 +178,8 @@ def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
         prompts=[x for b in batches for x in b.prompts],
         completions=[x for b in batches for x in b.completions],
         rows=[x for b in batches for x in b.rows],
+        weights_version=min(b.weights_version for b in batches),
+        engine=batches[0].engine,
     )
 
 
@@ -189,11 +193,11 @@ def span_mask_through(completion_ids: torch.Tensor, delimiter_ids: list[int]) ->
     """``[B, T]`` 1 on tokens up to and including the first occurrence of ``delimiter_ids`` (0 if absent)."""
     b, t = completion_ids.shape
     k = len(delimiter_ids)
-    out = torch.zeros(b, t, dtype=torch.long)
+    out = torch.zeros(b, t, dtype=torch.long, device=completion_ids.device)
     if k == 0 or k > t:
         return out
     windows = completion_ids.unfold(1, k, 1)  # [B, T-k+1, k]
-    hit = (windows == torch.tensor(delimiter_ids)).all(-1)  # [B, T-k+1]
+    hit = (windows == torch.tensor(delimiter_ids, device=completion_ids.device)).all(-1)  # [B, T-k+1]
     for i in range(b):
         found = hit[i].nonzero()
         if len(found):

@@ -3,18 +3,30 @@
 Layout of ``<output_dir>/checkpoints/step-<N>/``: the model (``save_pretrained``: full weights,
 or the LoRA adapter), the tokenizer, ``optimizer.pt``, ``scheduler.pt`` and ``trainer_state.json``
 (step, data position, RNG states, extra state). Written to a temporary folder and renamed, so
-a crash never leaves a half-written checkpoint.
+a crash never leaves a half-written checkpoint; a disk that fills or a file damaged later still
+can, so resuming checks each checkpoint (``checkpoint_problem``) and takes the newest complete one.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
+
+log = logging.getLogger(__name__)
+
+STATE_FILES = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "rng.pt")  # what resuming reads besides weights
+_warned: set[tuple[Path, Path]] = set()  # (skipped, used): the CLI and Trainer.resume both check; warn once
+
+
+class CheckpointError(ValueError):
+    """No complete checkpoint to resume from; one line naming the folder, what is wrong and what to do."""
 
 
 def rng_state() -> dict[str, Any]:
@@ -65,17 +77,105 @@ def save_checkpoint(
     return final
 
 
-def list_checkpoints(ckpt_root: Path) -> list[Path]:
-    """Complete checkpoints under ``ckpt_root``, oldest first."""
+def _step_folders(ckpt_root: Path) -> list[Path]:
+    """``step-<N>`` folders under ``ckpt_root`` (complete or not), oldest first."""
     if not ckpt_root.is_dir():
         return []
-    found = [p for p in ckpt_root.glob("step-*") if (p / "trainer_state.json").is_file()]
+    found = [p for p in ckpt_root.iterdir() if p.is_dir() and re.fullmatch(r"step-\d+", p.name)]
     return sorted(found, key=lambda p: int(p.name.split("-")[1]))
 
 
+def list_checkpoints(ckpt_root: Path) -> list[Path]:
+    """Saved checkpoints (renamed into place: they hold trainer_state.json), oldest first; not validated."""
+    return [p for p in _step_folders(ckpt_root) if (p / "trainer_state.json").is_file()]
+
+
+def _weight_files(ckpt: Path) -> tuple[list[Path], list[str]]:
+    """(weight files present, weight files missing) of ``ckpt``: the LoRA adapter, or the (sharded) model."""
+    if (ckpt / "adapter_model.safetensors").is_file():
+        return [ckpt / "adapter_model.safetensors"], []
+    index = ckpt / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (ValueError, KeyError, TypeError):
+            return [], [f"{index.name} (unreadable)"]
+        return [ckpt / s for s in shards if (ckpt / s).is_file()], [s for s in shards if not (ckpt / s).is_file()]
+    found = sorted(ckpt.glob("model*.safetensors"))
+    return found, [] if found else ["model.safetensors"]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:120] if text else ''}"
+
+
+def checkpoint_problem(ckpt: Path) -> Optional[str]:
+    """What makes ``ckpt`` unusable for resuming, e.g. ``model.safetensors unreadable (...)``; None = complete.
+
+    Checks what ``Trainer.resume`` reads: every file present, each safetensors header readable
+    (``safe_open``), trainer_state.json parseable with its step and data position, and the
+    ``torch.save`` files loadable (memory-mapped: their structure is read, not their tensors).
+    """
+    weights, missing = _weight_files(ckpt)
+    missing += [f for f in STATE_FILES if not (ckpt / f).is_file()]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    from safetensors import safe_open
+
+    for f in weights:
+        try:
+            with safe_open(str(f), framework="pt") as st:
+                st.keys()
+        except Exception as exc:  # safetensors raises its own SafetensorError (and OSError)
+            return f"{f.name} unreadable ({_first_line(exc)})"
+    try:
+        state = json.loads((ckpt / "trainer_state.json").read_text())
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        return f"trainer_state.json unreadable ({_first_line(exc)})"
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int) or "sampler" not in state:
+        return "trainer_state.json lacks its step or data position"
+    for name in ("optimizer.pt", "scheduler.pt", "rng.pt", "extra.pt"):
+        if name == "extra.pt" and not (ckpt / name).is_file():
+            continue  # only runs with stateful algorithm parts write it
+        try:
+            torch.load(ckpt / name, mmap=True, weights_only=False)
+        except Exception as exc:  # torch.load raises RuntimeError, EOFError, pickle errors, ...
+            return f"{name} unreadable ({_first_line(exc)})"
+    return None
+
+
+def _scan(ckpt_root: Path) -> tuple[Optional[Path], list[str]]:
+    """(newest complete checkpoint or None, ``"step-N is incomplete: why"`` for each newer one)."""
+    skipped: list[tuple[Path, str]] = []
+    for ckpt in reversed(_step_folders(ckpt_root)):
+        problem = checkpoint_problem(ckpt)
+        if problem is None:
+            for bad, why in skipped:
+                if (bad, ckpt) not in _warned:
+                    _warned.add((bad, ckpt))
+                    log.warning("%s is incomplete: %s; resuming from the older %s", bad, why, ckpt)
+            break
+        skipped.append((ckpt, problem))
+    else:
+        ckpt = None
+    return ckpt, [f"{bad.name} is incomplete: {why}" for bad, why in skipped]
+
+
 def latest_checkpoint(ckpt_root: Path) -> Optional[Path]:
-    ckpts = list_checkpoints(ckpt_root)
-    return ckpts[-1] if ckpts else None
+    """The newest complete checkpoint under ``ckpt_root`` (a warning names each newer incomplete one), or None."""
+    return _scan(ckpt_root)[0]
+
+
+def require_checkpoint(ckpt_root: Path) -> Path:
+    """The checkpoint ``--resume`` continues from: the newest complete one; CheckpointError when there is none."""
+    ckpt, skipped = _scan(ckpt_root)
+    if ckpt is None:
+        raise CheckpointError(
+            f"cannot resume: no complete checkpoint in '{ckpt_root}' ({'; '.join(skipped) or 'none found'}); "
+            "drop --resume to start a fresh run there, or point logging.output_dir at the run to continue"
+        )
+    return ckpt
 
 
 def load_training_state(ckpt: Path, optimizer: torch.optim.Optimizer, scheduler: Any) -> dict[str, Any]:

@@ -79,7 +79,7 @@ def length_sorted_rows(batch: RolloutBatch, rows: Optional[slice | torch.Tensor]
     each micro-batch to its longest row leaves less padding, while a group's rows stay adjacent
     (its prompt is still encoded once per micro-batch and whole-group micro-batches stay whole).
     """
-    idx = torch.arange(len(batch))[rows if rows is not None else slice(None)]
+    idx = torch.arange(len(batch), device=batch.group_ids.device)[rows if rows is not None else slice(None)]
     _, run = torch.unique_consecutive(batch.group_ids[idx], return_inverse=True)  # groups are contiguous runs
     key = run * (batch.completion_mask.shape[1] + 1) + batch.completion_mask[idx].sum(-1)
     return idx[torch.sort(key, stable=True).indices]

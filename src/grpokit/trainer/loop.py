@@ -46,11 +46,10 @@ class Trainer:
 
     def __init__(self, cfg: Config, model: Optional[torch.nn.Module] = None, tokenizer: Any = None) -> None:
         check_run(cfg)  # a method without its inputs, or an unknown option key: one line, before anything loads
-        setup.check_device(cfg)  # model.device / model.dtype that this machine does not have: one line
+        tune_malloc(device=setup.check_device(cfg))  # model.device / model.dtype this machine lacks: one line
         self.cfg = cfg
         if cfg.model.threads:
             torch.set_num_threads(cfg.model.threads)
-        tune_malloc()
         setup.seed_everything(cfg.train.seed)
         self.run_dir = Path(cfg.logging.output_dir)
         self.splits = setup.build_splits(cfg.data)
@@ -115,23 +114,25 @@ class Trainer:
         """Sample, score, compute advantages and update; returns the step's metrics."""
         t0 = time.perf_counter()
         self._step_start = (self.sampler.state(), ckpt_io.rng_state())
+        self.policy.begin_step(self.step)
         batch, scores, metrics = self.learners.on_main(self._collect)  # rank 0 samples, all ranks learn
         t_gen = time.perf_counter() - t0
         lb, adv_metrics = self._learn_batch(batch, scores)
         for stage in self.stages:  # config-listed stages that reshape or annotate the batch
             lb, stage_metrics = stage(self, lb, scores)
             metrics.update(stage_metrics)
-        release_free_memory()  # the decode loop's freed blocks, before the learner's peak
+        release_free_memory(self.policy.device)  # the decode loop's freed blocks, before the learner's peak
         t1 = time.perf_counter()
         learn = self._learn(lb)
         t_learn = time.perf_counter() - t1
-        release_free_memory()
+        release_free_memory(self.policy.device)
         self.step += 1
         gen_tokens = float(batch.completion_mask.sum())
         metrics = {
             **reward_metrics(scores, self.correct(scores)),
             **adv_metrics,
             **metrics,
+            **self.policy.sampler_metrics(),
             **learn,
             "lr": self.scheduler.get_last_lr()[0],
             "completion_len/mean": gen_tokens / len(batch),
@@ -181,7 +182,7 @@ class Trainer:
         scored = [n for n in ("old_logp", "ref_logp", "teacher_logp") if n in self.needs] + (["old_logp"] if algo.num_iterations > 1 else [])
         score_inputs(self.policy, lb, parts, sorted(set(scored), key=scored.index))
         if scored:
-            release_free_memory()  # the scoring forwards' freed activations, before the learner's peak
+            release_free_memory(self.policy.device)  # the scoring forwards' freed activations, before the learner's peak
         schedule = self.loss_spec.option_schedule
         if schedule is not None:
             self.objective.loss_options.update(call_with(schedule, self.step, context=self.objective.loss_options))

@@ -129,11 +129,13 @@ def teacher_model(cfg: Config, tokenizer: Any) -> torch.nn.Module:
     return teacher.eval()
 
 
-def check_device(cfg: Config) -> None:
-    """Raise the one-line device error of ``model.device`` / ``model.dtype`` before any model is loaded."""
+def check_device(cfg: Config) -> torch.device:
+    """The run's device; the one-line error of ``model.device`` / ``model.dtype`` before any model is loaded."""
     from grpokit.devices import resolve_device, resolve_dtype
 
-    resolve_dtype(cfg.model.dtype, resolve_device(cfg.model.device))
+    device = resolve_device(cfg.model.device)
+    resolve_dtype(cfg.model.dtype, device)
+    return device
 
 
 def place_policy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:

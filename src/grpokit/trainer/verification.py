@@ -35,7 +35,7 @@ def parse_verdict(text: str) -> bool | None:
 def verification_rewards(verdicts: list[bool | None], correct: list[bool]) -> torch.Tensor:
     """``[B]``: +1 verdict matches correctness, -1 it does not, -1.5 no valid verdict (spec §10)."""
     out = [(-1.5 if v is None else (1.0 if v == c else -1.0)) for v, c in zip(verdicts, correct)]
-    return torch.tensor(out, dtype=torch.float32)
+    return torch.tensor(out, dtype=torch.float32, device="cpu")  # rewards live on the CPU, like every reward column
 
 
 def add_verification_rows(

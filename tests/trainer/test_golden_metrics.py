@@ -1,0 +1,27 @@
+"""On-policy in-process runs (k = 0, HF sampling) give exactly the metrics of d3cb0f9, the release before the seam.
+
+tests/trainer/data/golden_metrics_d3cb0f9.json was written by make_golden.py at d3cb0f9 (same seed,
+one thread): plain GRPO, mu = 2 with a k3 KL, DisCO's constraint at mu = 2, DAPO's dynamic sampling.
+"""
+
+import json
+import runpy
+from pathlib import Path
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_metrics_equal_the_previous_release_exactly():
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        got = runpy.run_path(str(DATA / "make_golden.py"))["run_cases"]()
+    finally:
+        torch.set_num_threads(threads)
+    expected = json.loads((DATA / "golden_metrics_d3cb0f9.json").read_text())
+    assert got.keys() == expected.keys()
+    for case, steps in expected.items():
+        for step, (want, have) in enumerate(zip(steps, got[case])):
+            for key, value in want.items():
+                assert have[key] == value, (case, step, key, value, have[key])  # bitwise
