@@ -202,7 +202,6 @@ def learner_logprobs(model: torch.nn.Module, ids: list[int], start: int) -> torc
 
 
 class VLLMBackend:
-    engine = "vllm"  # an inference engine: its numerics differ from the learner's
     """GenerationBackend over an in-process ``vllm.LLM``, kept in sync with the trained policy.
 
     model: the policy being trained (its weights, or its LoRA adapter, are pushed to vLLM when
@@ -210,8 +209,10 @@ class VLLMBackend:
     policy, its base); tokenizer: the policy's tokenizer (prompts are tokenized here, so the
     learner sees exactly the ids vLLM sampled from); options: ``rollout.backend_options`` without
     ``model`` / ``dtype``. The trainer sets ``learner_step`` to its step before sampling; a push
-    records it as ``weights_version``.
+    records it as ``weights_version``. Batches land on the policy's device (the CPU without one).
     """
+
+    engine = "vllm"  # an inference engine: its numerics differ from the learner's
 
     def __init__(self, model: Optional[torch.nn.Module], tokenizer: Any, model_path: str, *, dtype: str = "auto",
                  seed: int = 0, options: Optional[dict] = None) -> None:
@@ -279,7 +280,8 @@ class VLLMBackend:
         request = self.vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
         out = self.llm.generate([{"prompt_token_ids": self.probe_ids}], request, use_tqdm=False, lora_request=self.lora_request)
         scored = out[0].prompt_logprobs  # [None, {token: Logprob}, ...]: position i scores probe_ids[i]
-        engine = torch.tensor([scored[i][t].logprob for i, t in enumerate(self.probe_ids) if i >= self.probe_start])
+        values = [scored[i][t].logprob for i, t in enumerate(self.probe_ids) if i >= self.probe_start]
+        engine = torch.tensor(values, device="cpu")  # host-side values; learner_logprobs returns CPU too
         diff = float((engine - learner_logprobs(self.model, self.probe_ids, self.probe_start)).abs().max())
         self.last_sync_diff, self._checked = diff, True
         log.debug("vLLM sync check (weights of learner step %d): max |delta log-prob| %.3g, tolerance %g",
@@ -305,18 +307,20 @@ class VLLMBackend:
         if len(samples) != len(prompt_texts) * group_size:
             raise RuntimeError(f"vLLM returned {len(samples)} completions for {len(prompt_texts)} prompts x {group_size}")
         width = max(1, max(len(c.token_ids) for c in samples))
-        completion_ids = torch.full((len(samples), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros(len(samples), width, dtype=torch.long)
-        sampling_logp = torch.zeros(len(samples), width)  # [B, T]
+        # vLLM's outputs are host-side lists: the batch is built on the CPU, then moved once
+        completion_ids = torch.full((len(samples), width), self.pad_id, dtype=torch.long, device="cpu")
+        mask = torch.zeros(len(samples), width, dtype=torch.long, device="cpu")
+        sampling_logp = torch.zeros(len(samples), width, device="cpu")  # [B, T]
         for i, c in enumerate(samples):
             n = len(c.token_ids)  # vLLM stops at EOS (kept) or at max_tokens: every returned token counts
             if c.logprobs is None or len(c.logprobs) != n:
                 raise RuntimeError(f"vLLM returned {0 if c.logprobs is None else len(c.logprobs)} log-probs for {n} sampled tokens")
-            completion_ids[i, :n] = torch.tensor(c.token_ids, dtype=torch.long)
+            completion_ids[i, :n] = torch.tensor(c.token_ids, dtype=torch.long, device="cpu")
             mask[i, :n] = 1
-            sampling_logp[i, :n] = torch.tensor([step[t].logprob for step, t in zip(c.logprobs, c.token_ids)])
-        truncated = torch.tensor([c.finish_reason == "length" for c in samples])
-        batch = group_batch(self.tokenizer, enc.input_ids, enc.attention_mask, rows, group_size,
-                            completion_ids, mask, sampling_logp, truncated)
+            sampling_logp[i, :n] = torch.tensor([step[t].logprob for step, t in zip(c.logprobs, c.token_ids)], device="cpu")
+        truncated = torch.tensor([c.finish_reason == "length" for c in samples], device="cpu")
+        device = next(self.model.parameters()).device if self.model is not None else torch.device("cpu")
+        on = [t.to(device) for t in (enc.input_ids, enc.attention_mask, completion_ids, mask, sampling_logp, truncated)]
+        batch = group_batch(self.tokenizer, *on[:2], rows, group_size, *on[2:])
         batch.engine, batch.weights_version = "vllm", self.weights_version
         return batch
