@@ -7,10 +7,12 @@ branches on a name. Duplicate registration is an error, never a silent overwrite
 A registration also declares what the trainer must know about the function, instead of
 attributes patched on afterwards:
 
-    @POLICY_LOSSES.register("disco", inputs=("group_ids", "constraint_kl"), groupwise=True)
+    @POLICY_LOSSES.register("disco", inputs=("group_ids",), optional=("constraint_kl",), groupwise=True)
 
-``inputs`` names the batch inputs the function reads (see ``grpokit.trainer.inputs`` for who
-produces each); the other keywords are the axis's declared properties (``Registry(axis,
+``inputs`` names the batch inputs the function needs (see ``grpokit.trainer.inputs`` for who
+produces each: a run without a producer for one is refused at load, and the function never
+sees None there); ``optional`` those it reads when present (the trainer produces them when it
+can; e.g. a per-update statistic that does not exist before the first update); the other keywords are the axis's declared properties (``Registry(axis,
 properties={...})`` lists them with their defaults; an undeclared one is an error at import).
 User options of a variant (``loss_options`` and the like) are checked against the function's
 signature by :meth:`Registry.check_options`: an unknown key fails naming the valid ones.
@@ -33,6 +35,7 @@ class Spec:
     fn: Callable[..., Any]
     inputs: tuple[str, ...] = ()
     props: Mapping[str, Any] = field(default_factory=dict)
+    optional: tuple[str, ...] = ()
 
     def __getattr__(self, key: str) -> Any:  # spec.groupwise, spec.make_state, …
         props = object.__getattribute__(self, "props")
@@ -59,8 +62,8 @@ class Registry:
         self.context = frozenset(context)
         self._specs: dict[str, Spec] = {}
 
-    def register(self, name: str, *, inputs: Iterable[str] = (), **props: Any) -> Callable[[F], F]:
-        """Decorator: register ``fn`` under ``name`` with its inputs and properties; raises if the name is taken."""
+    def register(self, name: str, *, inputs: Iterable[str] = (), optional: Iterable[str] = (), **props: Any) -> Callable[[F], F]:
+        """Decorator: register ``fn`` under ``name`` with its (optional) inputs and properties; raises if the name is taken."""
         unknown = sorted(set(props) - set(self.properties))
         if unknown:
             raise TypeError(f"{self.axis} '{name}': undeclared properties {unknown}; this axis declares {sorted(self.properties)}")
@@ -68,7 +71,7 @@ class Registry:
         def deco(fn: F) -> F:
             if name in self._specs:
                 raise ValueError(f"{self.axis} '{name}' is already registered")
-            self._specs[name] = Spec(name, fn, tuple(inputs), {**self.properties, **props})
+            self._specs[name] = Spec(name, fn, tuple(inputs), {**self.properties, **props}, tuple(optional))
             return fn
 
         return deco
@@ -91,13 +94,6 @@ class Registry:
         fns = [spec.fn] + [spec.props[c] for c in self.option_carriers if callable(spec.props.get(c))]
         names = {p.name for fn in fns for p in _option_params(fn)}
         return sorted(names - self.context)
-
-    def carried_options(self, name: str) -> set[str]:
-        """Option keys that belong to the carrier properties (e.g. a loss's option schedule), not to the function."""
-        spec = self.spec(name)
-        fns = [spec.props[c] for c in self.option_carriers if callable(spec.props.get(c))]
-        own = set(inspect.signature(spec.fn).parameters)
-        return {p for fn in fns for p in inspect.signature(fn).parameters if p != "step"} - own
 
     def check_options(self, name: str, options: Mapping[str, Any], where: str) -> None:
         """Raise ``ValueError`` (one line) when ``options`` holds a key that ``name`` does not take."""

@@ -194,8 +194,8 @@ def test_none_reads_no_behaviour_log_probs():
 
 def test_declared_properties_and_options():
     assert CORRECTIONS.names() == ["decoupled", "mis_sequence", "mis_token", "none", "tis_sequence", "tis_token"]
-    assert not CORRECTIONS.spec("none").needs_behaviour
-    assert all(CORRECTIONS.spec(n).needs_behaviour for n in CORRECTIONS.names() if n != "none")
+    assert CORRECTIONS.spec("none").inputs == ()
+    assert all(CORRECTIONS.spec(n).inputs == ("behaviour_logp",) for n in CORRECTIONS.names() if n != "none")
     assert CORRECTIONS.option_names("none") == []
     assert CORRECTIONS.option_names("decoupled") == ["cap"]
     assert CORRECTIONS.option_names("tis_token") == ["cap"]

@@ -4,6 +4,8 @@ Each fails with one line naming the method or field and the fix, before any mode
 (the loader is replaced by one that fails the test) and before anything trains.
 """
 
+import re
+
 import pytest
 import torch
 
@@ -77,3 +79,13 @@ def test_plan_delimiter_found_in_no_sampled_completion_fails_before_the_first_up
         trainer.train_step()
     assert trainer.step == 0
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))  # nothing trained
+
+
+def test_domain_aware_advantage_on_rows_without_a_domain_column_is_refused(tiny_cfg, tmp_path, no_model_load):
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(f'{{"prompt": "What is {i} + 1?", "answer": "{i + 1}"}}\n' for i in range(10)))
+    with pytest.raises(RunContractError) as err:
+        Trainer(tiny_cfg(**{"data.path": str(data), "data.task": "null", "algorithm.advantage": "drpo"}))
+    message = str(err.value)
+    assert "needs input 'domains'" in message and "\n" not in message
+    assert re.search(r"(\d+) of \1 training rows have no 'domain' column", message)  # every row lacks it

@@ -109,7 +109,7 @@ def _disco(
     return loss, metrics
 
 
-@POLICY_LOSSES.register("disco", inputs=("group_ids", "constraint_kl"), groupwise=True)
+@POLICY_LOSSES.register("disco", inputs=("group_ids",), optional=("constraint_kl",), groupwise=True)
 def disco_loss(
     inp: LossInputs,
     *,
@@ -131,7 +131,7 @@ def disco_loss(
     return _disco(inp, score=score, tau=tau, **opts)
 
 
-@POLICY_LOSSES.register("disco_b", inputs=("group_ids", "constraint_kl"), groupwise=True)
+@POLICY_LOSSES.register("disco_b", inputs=("group_ids",), optional=("constraint_kl",), groupwise=True)
 def disco_b_loss(
     inp: LossInputs,
     *,

@@ -154,7 +154,7 @@ def ts_grpo_loss(
     return loss, metrics
 
 
-@POLICY_LOSSES.register("grpo_verif", inputs=("verif_mask", "verif_adv"))
+@POLICY_LOSSES.register("grpo_verif", inputs=("verif_mask",), optional=("verif_adv",))
 def grpo_verif_loss(
     inp: LossInputs,
     *,

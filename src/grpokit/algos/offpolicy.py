@@ -50,9 +50,8 @@ import torch
 
 from grpokit.registry import Registry
 
-# needs_behaviour: the correction reads behaviour_logp (the sampler's log-probs), so the rollout
-# must record them; 'none' does not.
-CORRECTIONS = Registry("correction", properties={"needs_behaviour": True})
+# Every correction but 'none' declares the input behaviour_logp (the sampler's log-probs).
+CORRECTIONS = Registry("correction")
 
 # verl's SAFETY_BOUND on log-ratios before exp (exp(20) ~ 4.9e8)
 _LOG_BOUND = 20.0
@@ -131,7 +130,15 @@ def mismatch_kl(old_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torc
     return _kl_metrics(log_ratio, mask.to(log_ratio.dtype))
 
 
-@CORRECTIONS.register("none", needs_behaviour=False)
+def unit_weight_with_mismatch(
+    old_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``none``'s weight 1 with :func:`mismatch_kl`'s metrics: an off-policy batch trained uncorrected on purpose."""
+    weight, _ = no_correction(old_logp, behaviour_logp, mask)
+    return weight, mismatch_kl(old_logp, behaviour_logp, mask)
+
+
+@CORRECTIONS.register("none")
 def no_correction(
     old_logp: torch.Tensor, behaviour_logp: Optional[torch.Tensor], mask: torch.Tensor
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -143,7 +150,7 @@ def no_correction(
     return torch.ones_like(old_logp, dtype=torch.promote_types(old_logp.dtype, torch.float32)), {}
 
 
-@CORRECTIONS.register("decoupled")
+@CORRECTIONS.register("decoupled", inputs=("behaviour_logp",))
 def decoupled(
     old_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, *, cap: Optional[float] = 5.0
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -170,7 +177,7 @@ def decoupled(
     return _mask_outside(torch.exp(log_ratio), log_ratio, mask, None, cap)
 
 
-@CORRECTIONS.register("tis_token")
+@CORRECTIONS.register("tis_token", inputs=("behaviour_logp",))
 def tis_token(
     old_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, *, cap: float = 2.0
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -189,7 +196,7 @@ def tis_token(
     return _truncate(torch.exp(log_ratio), log_ratio, mask, cap)
 
 
-@CORRECTIONS.register("tis_sequence")
+@CORRECTIONS.register("tis_sequence", inputs=("behaviour_logp",))
 def tis_sequence(
     old_logp: torch.Tensor,
     behaviour_logp: torch.Tensor,
@@ -214,7 +221,7 @@ def tis_sequence(
     return _truncate(rho, log_ratio, mask, cap)
 
 
-@CORRECTIONS.register("mis_token")
+@CORRECTIONS.register("mis_token", inputs=("behaviour_logp",))
 def mis_token(
     old_logp: torch.Tensor,
     behaviour_logp: torch.Tensor,
@@ -239,7 +246,7 @@ def mis_token(
     return _mask_outside(torch.exp(log_ratio), log_ratio, mask, low, high)
 
 
-@CORRECTIONS.register("mis_sequence")
+@CORRECTIONS.register("mis_sequence", inputs=("behaviour_logp",))
 def mis_sequence(
     old_logp: torch.Tensor,
     behaviour_logp: torch.Tensor,

@@ -82,9 +82,6 @@ class Policy(Protocol):
     def learn_forward(self, mb: RolloutBatch, *, with_entropy: bool, entropy_grad: bool) -> UnitForward:
         """Unit log-probs of a micro-batch with gradient, and the matching ``backward``."""
 
-    def has_role(self, role: str) -> bool:
-        """Whether ``score(..., role)`` can be served (a reference or a teacher is held)."""
-
     def trainable_parameters(self) -> Iterator[torch.nn.Parameter]: ...
 
     def begin_step(self, step: int) -> None:

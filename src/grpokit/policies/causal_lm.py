@@ -38,10 +38,12 @@ class CausalLMPolicy:
         self.reference, self.teacher = reference, teacher
         self.use_reference = use_reference  # the run needs reference log-probs
         self.temperature, self.sequence_chunk, self.checkpoint = temperature, sequence_chunk, checkpoint
-        engine = getattr(backend, "engine", "hf")
-        self.capabilities = Capabilities(
-            unit_kind="token", entropy=engine == "hf", behaviour_logprobs_exact=True, engine=engine,
-        )
+        self.capabilities = self.capabilities_for(getattr(backend, "engine", "hf"))
+
+    @staticmethod
+    def capabilities_for(engine: str) -> Capabilities:
+        """What the text family gives with sampler ``engine`` ('hf' or 'vllm'; vLLM returns no entropies)."""
+        return Capabilities(unit_kind="token", entropy=engine == "hf", behaviour_logprobs_exact=True, engine=engine)
 
     @property
     def device(self) -> torch.device:
@@ -69,11 +71,6 @@ class CausalLMPolicy:
         return self.backend.generate(prompts, rows, group_size, params)
 
     # ------------------------------------------------------------------ scoring
-    def has_role(self, role: str) -> bool:
-        if role == "reference":
-            return self.use_reference
-        return role == "current" or (role == "teacher" and self.teacher is not None)
-
     def _role(self, role: str):
         """(module, context) that scores ``role``."""
         if role == "current":

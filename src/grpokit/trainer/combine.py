@@ -12,6 +12,7 @@ import torch
 
 from grpokit.registries import get_registry
 from grpokit.registry import call_with
+from grpokit.trainer.inputs import TRAINER_OPTIONS
 from grpokit.trainer.learn_batch import LearnBatch
 from grpokit.trainer.learner import micro_batches, objective_gradients
 from grpokit.trainer.producers import validation_means
@@ -32,7 +33,7 @@ class RewardCombination:
         names = list(scores.per_reward)
         matrix = torch.stack([scores.per_reward[n] for n in names], dim=1)  # [B, K]
         weights = torch.tensor([self.weight_of[n.split("/")[0]] for n in names], dtype=torch.float32, device=matrix.device)
-        options = {k: v for k, v in self.cfg.reward_combiner.options.items() if not k.startswith("grad_")}
+        options = {k: v for k, v in self.cfg.reward_combiner.options.items() if k not in TRAINER_OPTIONS["combiner"]}
         context: dict[str, Any] = {"weights": weights, "state": self.state}
         if "objective_grads" in self.spec.inputs:
             context["objective_grads"] = self._objective_grads(batch, matrix.nan_to_num(0.0), trainer)

@@ -36,9 +36,16 @@ def _always(cfg: Config) -> Optional[str]:
     return None
 
 
+def _capabilities(cfg: Config):
+    """The capabilities the run's policy family declares (the text causal-LM family with its sampler)."""
+    from grpokit.policies.causal_lm import CausalLMPolicy
+
+    return CausalLMPolicy.capabilities_for(cfg.rollout.backend)
+
+
 def _entropy(cfg: Config) -> Optional[str]:
-    if cfg.rollout.backend == "vllm":
-        return "rollout.backend=vllm returns no per-token entropies: set rollout.backend=hf"
+    if not _capabilities(cfg).entropy:
+        return f"rollout.backend={cfg.rollout.backend} returns no per-token entropies: set rollout.backend=hf"
     return None
 
 
@@ -57,6 +64,8 @@ def _verification(cfg: Config) -> Optional[str]:
 
 
 def _aux(cfg: Config) -> Optional[str]:
+    if _capabilities(cfg).condition_override:
+        return None
     return ("it needs a second forward on a transformed condition (a masked image), which only a vision-language "
             "policy gives; the text policy and this data have no image column")
 
@@ -92,8 +101,8 @@ def chosen_methods(cfg: Config) -> list[tuple[str, str, str, dict]]:
     return methods
 
 
-# Option bags whose keys are read by the trainer itself (not the registered function).
-_TRAINER_OPTIONS = {"combiner": ("grad_param_pattern", "grad_micro_batches")}
+# Option keys read by the trainer itself (the producer of objective_grads), not by the registered function.
+TRAINER_OPTIONS = {"combiner": ("grad_param_pattern", "grad_micro_batches")}
 
 
 def check_run(cfg: Config) -> None:
@@ -107,7 +116,7 @@ def check_run(cfg: Config) -> None:
             why = MISSING[needed](cfg)
             if why is not None:
                 raise RunContractError(f"{where} '{name}' needs input '{needed}', which this run does not produce: {why}")
-        own = {k: v for k, v in options.items() if k not in _TRAINER_OPTIONS.get(axis, ())}
+        own = {k: v for k, v in options.items() if k not in TRAINER_OPTIONS.get(axis, ())}
         option_field = {"loss": "algorithm.loss_options", "advantage": "algorithm.advantage_options",
                         "token_weights": "algorithm.token_weights_options", "combiner": "reward_combiner.options",
                         "correction": "algorithm.correction_options", "curriculum": "data.curriculum_options"}.get(axis, where)
@@ -115,19 +124,26 @@ def check_run(cfg: Config) -> None:
             registry.check_options(name, own, option_field)
         except ValueError as exc:
             raise RunContractError(str(exc)) from None
-    if registry_spec("loss", cfg.algorithm.loss).groupwise and cfg.train.micro_batch_size % cfg.rollout.group_size:
+    if get_registry("loss").spec(cfg.algorithm.loss).groupwise and cfg.train.micro_batch_size % cfg.rollout.group_size:
         raise RunContractError(
             f"algorithm.loss '{cfg.algorithm.loss}' needs whole groups per micro-batch: make train.micro_batch_size "
             f"a multiple of rollout.group_size ({cfg.rollout.group_size})"
         )
 
 
-def registry_spec(axis: str, name: str):
-    from grpokit.registries import get_registry
-
-    return get_registry(axis).spec(name)
+def check_data(cfg: Config, rows: list[dict]) -> None:
+    """Refuse, in one line, a method whose input comes from a data column the training rows lack."""
+    if "domains" in needed_inputs(cfg) and rows and any(row.get("domain") is None for row in rows):
+        missing = sum(row.get("domain") is None for row in rows)
+        raise RunContractError(
+            f"algorithm.advantage '{cfg.algorithm.advantage}' needs input 'domains', which this run does not produce: "
+            f"{missing} of {len(rows)} training rows have no 'domain' column (add one, e.g. a domain per task)"
+        )
 
 
 def needed_inputs(cfg: Config) -> set[str]:
     """Every input the run's methods declare (what the producers must fill)."""
-    return {i for axis, name, _, _ in chosen_methods(cfg) for i in registry_spec(axis, name).inputs}
+    from grpokit.registries import get_registry
+
+    specs = [get_registry(axis).spec(name) for axis, name, _, _ in chosen_methods(cfg)]
+    return {i for spec in specs for i in spec.inputs + spec.optional}

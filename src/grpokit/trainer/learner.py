@@ -37,6 +37,7 @@ class Objective:
     entropy_band_quantiles: tuple = (0.1, 0.5)
     correction: Optional[Callable] = None  # off-policy correction weight of the policy-gradient term
     correction_options: Optional[dict] = None
+    loss_inputs: tuple = ()  # the inputs the policy loss declares: a None among them is an error, never a fallback
 
     @classmethod
     def from_config(cls, cfg, policy_loss: Callable) -> "Objective":
@@ -56,6 +57,7 @@ class Objective:
             entropy_band_quantiles=tuple(algo.entropy_band_quantiles),
             max_len=cfg.rollout.max_new_tokens,
             correction_options=dict(algo.correction_options),
+            loss_inputs=get_registry("loss").spec(algo.loss).inputs,
         )
 
 
@@ -154,6 +156,9 @@ def _micro_batch(policy, rows, mb, lb: LearnBatch, objective: Objective, num_seq
         logp=fwd.logp, old_logp=old if old is not None else fwd.logp.detach(), mask=mask, entropy=fwd.entropy,
         group_ids=mb.group_ids, **fields,
     )
+    missing = [name for name in objective.loss_inputs if getattr(inp, name, 0) is None]
+    if missing:  # the load-time check should have refused the run; never train another method instead
+        raise ValueError(f"the policy loss declares inputs {missing} but this batch has none: a producer is missing")
     loss, metrics = grpo_objective(
         inp, policy_loss=objective.policy_loss, aggregate=objective.aggregate, kl_estimator=objective.kl_estimator,
         beta=objective.beta, loss_options=objective.loss_options, num_seqs=num_seqs, num_tokens=num_tokens,

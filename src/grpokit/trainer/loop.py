@@ -30,7 +30,7 @@ from grpokit.trainer import setup
 from grpokit.trainer.collect import collect_batch
 from grpokit.trainer.combine import RewardCombination
 from grpokit.trainer.evaluation import evaluate_accuracy
-from grpokit.trainer.inputs import check_run, needed_inputs
+from grpokit.trainer.inputs import check_data, check_run, needed_inputs
 from grpokit.trainer.learn_batch import LearnBatch
 from grpokit.trainer.learner import Objective, accumulate_gradients, rows_with_gradient
 from grpokit.trainer.memory import allocate_gradients, release_free_memory, tune_malloc
@@ -53,6 +53,7 @@ class Trainer:
         setup.seed_everything(cfg.train.seed)
         self.run_dir = Path(cfg.logging.output_dir)
         self.splits = setup.build_splits(cfg.data)
+        check_data(cfg, self.splits.train)  # a method's input from a data column the rows lack: one line
         self.rewards = setup.build_rewards(cfg.rewards)
         self.judge = setup.accuracy_judge(cfg, self.rewards)
         if model is None:
@@ -191,7 +192,7 @@ class Trainer:
         for iteration in range(algo.num_iterations):
             if iteration > 0 and "constraint_kl" in self.needs:
                 lb.constraint_kl = constraint_kl(self.policy, lb, parts, self.learners)
-            allocate_gradients([p for p in self.model.parameters() if p.requires_grad])
+            allocate_gradients(list(self.policy.trainable_parameters()))
             learn = accumulate_gradients(self.policy, parts, lb, self.objective)
             learn = self.learners.reduce_metrics(learn, parts, lb.mask)
             learn["grad_norm"] = self._optimizer_step()
@@ -228,7 +229,7 @@ class Trainer:
 
     def _optimizer_step(self) -> float:
         clip = self.cfg.optim.max_grad_norm
-        params = [p for p in self.model.parameters() if p.requires_grad]
+        params = list(self.policy.trainable_parameters())
         self.learners.all_reduce_gradients(params)  # data-parallel learners: sum of the ranks' gradients
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
         self.optimizer.step()

@@ -95,7 +95,7 @@ def load_policy(cfg: Config) -> tuple[torch.nn.Module, Any]:
     from grpokit.model.loading import load_model
     from grpokit.model.lora import apply_lora
 
-    model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype)
+    model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype, device=check_device(cfg))  # CUDA: SDPA / flash attention
     if cfg.model.lora.enabled:
         model = apply_lora(model, cfg.model.lora)
     return model, tokenizer
@@ -121,7 +121,7 @@ def teacher_model(cfg: Config, tokenizer: Any) -> torch.nn.Module:
         raise ValueError(f"algorithm.loss '{cfg.algorithm.loss}' needs a teacher: set model.teacher")
     from grpokit.model.loading import load_model
 
-    teacher, tok = load_model(cfg.model.teacher, dtype=cfg.model.dtype)
+    teacher, tok = load_model(cfg.model.teacher, dtype=cfg.model.dtype, device=check_device(cfg))  # follows the policy
     if tok.get_vocab() != tokenizer.get_vocab():
         raise ValueError(f"model.teacher '{cfg.model.teacher}' has a different tokenizer from the policy")
     for p in teacher.parameters():
@@ -160,8 +160,7 @@ def build_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, learners: 
         backend = make_backend(cfg.rollout, model, tokenizer, seed=cfg.train.seed)
     else:  # only rank 0 samples; other learners keep an idle in-process backend for its pad / EOS ids
         backend = HFBackend(model, tokenizer)
-    device = next(model.parameters()).device
-    teacher = teacher_model(cfg, tokenizer).to(device) if needs_teacher else None
+    teacher = teacher_model(cfg, tokenizer) if needs_teacher else None
     return CausalLMPolicy(
         model, tokenizer, backend, reference=reference_model(model, cfg, needs_ref), teacher=teacher,
         temperature=cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0,
@@ -225,6 +224,8 @@ def correction_for(cfg: Config, batch: Any, step: int) -> tuple[Any, dict[str, f
     if name == "auto":
         name = "decoupled" if off_policy else "none"
     metrics = {"offpolicy/staleness": float(step - batch.weights_version) if batch.weights_version >= 0 else 0.0} if off_policy else {}
-    if name == "none":
-        return None, metrics
+    if name == "none":  # an off-policy batch trained uncorrected still logs the sampler-learner KL
+        from grpokit.algos.offpolicy import unit_weight_with_mismatch
+
+        return (unit_weight_with_mismatch if off_policy else None), metrics
     return get_registry("correction").get(name), metrics
