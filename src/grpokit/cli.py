@@ -163,18 +163,11 @@ def _requested_device(args) -> str:
     """
     if args.command == "rm":
         return "cpu"  # reward-model training runs its encoder on the CPU
-    from grpokit.config.loading import apply_set, merge, read_preset, read_yaml
+    from grpokit.config.loading import raw_config
 
     try:
         preset = "demo" if args.command == "demo" else getattr(args, "preset", None)
-        data = read_preset(preset) if preset else {}
-        if getattr(args, "config", None):
-            file_data = read_yaml(args.config)
-            if "preset" in file_data:
-                data = merge(read_preset(file_data.pop("preset")), data)
-            data = merge(data, file_data)
-        for assignment in args.overrides:
-            data = apply_set(data, assignment)
+        data = raw_config(getattr(args, "config", None), preset, args.overrides)
         device = (data.get("model") or {}).get("device", "auto")
     except Exception:  # noqa: BLE001 -- a broken config is reported by the real load
         return "auto"

@@ -65,14 +65,6 @@ def test_shared_prompt_path_equals_full_path_values_and_grads():
     torch.testing.assert_close(g_shared, g_full, atol=1e-5, rtol=1e-5)
 
 
-def test_span_mask_through_delimiter():
-    from grpokit.rollout.types import span_mask_through
-
-    ids = torch.tensor([[5, 7, 8, 9, 1], [7, 8, 7, 8, 2], [1, 2, 3, 4, 5]])
-    # delimiter [7, 8]: row 0 ends the span at index 2, row 1 at its first hit (index 1), row 2 never
-    assert span_mask_through(ids, [7, 8]).tolist() == [[1, 1, 1, 0, 0], [1, 1, 0, 0, 0], [0, 0, 0, 0, 0]]
-
-
 def test_two_stage_prompt_backward_gives_the_same_gradients():
     """PromptStage cuts the graph after the shared prompt; prompt-first and prompt-last backward agree."""
     from contextlib import nullcontext

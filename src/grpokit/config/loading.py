@@ -84,6 +84,11 @@ def apply_set(data: dict, assignment: str) -> dict:
 
 def load_config(path: str | None = None, preset: str | None = None, overrides: list[str] = ()) -> Config:
     """Build a validated Config: defaults <- preset <- YAML file <- ``--set`` overrides."""
+    return from_dict(Config, raw_config(path, preset, overrides), "")
+
+
+def raw_config(path: str | None = None, preset: str | None = None, overrides: list[str] = ()) -> dict:
+    """The merged, unvalidated config dict of preset <- YAML file <- ``--set`` overrides (no torch import)."""
     data: dict = {}
     if preset:
         data = merge(data, read_preset(preset))
@@ -94,7 +99,7 @@ def load_config(path: str | None = None, preset: str | None = None, overrides: l
         data = merge(data, file_data)
     for assignment in overrides:
         data = apply_set(data, assignment)
-    return from_dict(Config, data, "")
+    return data
 
 
 def to_dict(cfg: Any) -> dict:

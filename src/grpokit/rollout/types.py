@@ -43,7 +43,6 @@ class RolloutBatch:
     rows: list[dict[str, Any]] = field(default_factory=list)
     weights_version: int = -1
     engine: str = "hf"
-    unit_kind = "token"
 
     @property
     def unit_mask(self) -> torch.Tensor:
@@ -187,19 +186,3 @@ def renumber_groups(group_ids: torch.Tensor) -> torch.Tensor:
     """Map group ids to 0..n-1 in order of first appearance (after rows were dropped)."""
     _, inverse = torch.unique(group_ids, return_inverse=True)
     return inverse
-
-
-def span_mask_through(completion_ids: torch.Tensor, delimiter_ids: list[int]) -> torch.Tensor:
-    """``[B, T]`` 1 on tokens up to and including the first occurrence of ``delimiter_ids`` (0 if absent)."""
-    b, t = completion_ids.shape
-    k = len(delimiter_ids)
-    out = torch.zeros(b, t, dtype=torch.long, device=completion_ids.device)
-    if k == 0 or k > t:
-        return out
-    windows = completion_ids.unfold(1, k, 1)  # [B, T-k+1, k]
-    hit = (windows == torch.tensor(delimiter_ids, device=completion_ids.device)).all(-1)  # [B, T-k+1]
-    for i in range(b):
-        found = hit[i].nonzero()
-        if len(found):
-            out[i, : int(found[0]) + k] = 1
-    return out

@@ -112,9 +112,7 @@ def collect_rounds(
             kept_groups += int(torch.unique(batch.group_ids[idx]).numel())
     if not kept_batches:  # nothing informative: train on the last round (its advantages are 0)
         kept_batches, kept_scores = [batch], [scores]
-    versions = {b.weights_version for b in kept_batches}
-    batch = concat_batches(kept_batches, pad_id)
-    batch.weights_version = min(versions)  # the oldest weights among the rounds: the staleness to correct for
+    batch = concat_batches(kept_batches, pad_id)  # weights_version: the oldest round's, the staleness to correct for
     batch.group_ids = renumber_groups(batch.group_ids)
     scores = concat_scores(kept_scores)
     if kept_groups > n:  # keep exactly n groups
