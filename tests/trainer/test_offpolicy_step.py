@@ -10,6 +10,7 @@ w_t = pi_prox(o_t) / pi_behav(o_t) (0 above the cap) multiplies each token's ter
 
 import copy
 
+import pytest
 import torch
 
 from grpokit.model.grad_sinks import in_place_embedding_grads
@@ -84,14 +85,27 @@ def test_stale_batch_without_correction_trains_a_different_gradient(tiny_cfg):
             return 0.0
 
         trainer._optimizer_step = capture
-        trainer._learn(lb)
-        return out["g"]
+        out["metrics"] = trainer._learn(lb)
+        return out
 
     corrected, plain = grads("auto"), grads("none")
-    assert not torch.allclose(corrected, plain, rtol=1e-3, atol=1e-7)
+    assert not torch.allclose(corrected["g"], plain["g"], rtol=1e-3, atol=1e-7)
+    # trained uncorrected on purpose, the batch still reports how far the sampler was from the learner
+    assert plain["metrics"]["offpolicy/kl_k3"] == corrected["metrics"]["offpolicy/kl_k3"] > 0
+    assert "offpolicy/truncated_frac" not in plain["metrics"]
 
 
 def test_on_policy_in_process_batch_is_not_corrected(tiny_cfg):
     trainer = Trainer(tiny_cfg(), *tiny_model_and_tokenizer(seed=3))
     metrics = trainer.train_step()
     assert not any(k.startswith("offpolicy/") for k in metrics)
+
+
+def test_a_declared_loss_input_missing_from_the_batch_is_an_error_not_another_method(tiny_cfg):
+    """Were a producer missing, the span-aware loss would train its answer term alone: the learner refuses."""
+    trainer = Trainer(tiny_cfg(**{"algorithm.loss": "ts_grpo", "algorithm.plan_delimiter": "QQQ"}), *tiny_model_and_tokenizer(seed=3))
+    batch = _stale_batch(trainer)
+    lb = LearnBatch(rollout=batch, adv=torch.ones(len(batch)), mask=batch.completion_mask.clone(),
+                    rewards=torch.zeros(len(batch)), behaviour_logp=batch.behaviour_logp)  # no plan_mask
+    with pytest.raises(ValueError, match=r"declares inputs \['plan_mask'\] but this batch has none"):
+        trainer._learn(lb)
