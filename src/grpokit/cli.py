@@ -35,13 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train with GRPO")
     _add_config_args(p, config_required=False)
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in logging.output_dir")
+    p.add_argument("--stage", help="grpo (default), or an offline stage on a dataset of given completions: sft, dpo, kto (sets `stage`)")
     p = sub.add_parser("demo", help="the default demo: SmolLM2-135M-Instruct on arithmetic")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="a.b=value")
     p.add_argument("--resume", action="store_true")
-    p = sub.add_parser("eval", help="held-out accuracy / pass@k of a model or checkpoint")
+    p = sub.add_parser("eval", help="held-out greedy accuracy (and mean@k / pass@k) of a model or checkpoint")
     _add_config_args(p, config_required=False)
     p.add_argument("--model", help="model to evaluate: checkpoint folder, HF folder, .gguf or embedded name")
-    p.add_argument("--k", type=int, default=1, help="samples per prompt (k > 1 adds pass@k)")
+    p.add_argument("--k", type=int, default=1, help="k > 1 also samples k completions per prompt: mean@k and pass@k (accuracy stays greedy)")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N held-out prompts")
     sub.add_parser("list", help="registered variants, rewards, tasks and presets")
     p = sub.add_parser("rm", help="reward models: `grpokit rm train --help`")
@@ -53,19 +54,29 @@ def _load(args):
     """The validated Config of a command's CONFIG / --preset / --set arguments."""
     from grpokit.config import load_config
 
-    return load_config(getattr(args, "config", None), getattr(args, "preset", None), args.overrides)
+    stage = [f"stage={args.stage}"] if getattr(args, "stage", None) else []  # --stage wins over the file and --set
+    return load_config(getattr(args, "config", None), getattr(args, "preset", None), args.overrides + stage)
 
 
 def cmd_train(args) -> int:
     from grpokit.distributed import MissingExtraError, make_trainer
 
     cfg = _load(args)
+    from grpokit.trainer.metrics import report_backends
+
+    report_backends(cfg.logging.report_to, cfg.logging.tensorboard)  # a tracker not installed: one line, before any load
     if args.resume:  # before any model load: a run that cannot resume must not start over its checkpoints
         from pathlib import Path
 
         from grpokit.trainer.checkpoint import require_checkpoint
 
         require_checkpoint(Path(cfg.logging.output_dir) / "checkpoints")  # CheckpointError(ValueError): one line
+    if cfg.stage != "grpo":  # SFT / DPO / KTO on given completions: the offline loop
+        from grpokit.trainer.offline import OfflineTrainer
+
+        summary = OfflineTrainer(cfg).train(resume=args.resume)
+        _print_offline_summary(summary)
+        return 0
     try:
         trainer = make_trainer(cfg)  # Ray rollout workers when distributed.rollout_workers > 0
     except MissingExtraError as exc:
@@ -87,18 +98,30 @@ def _print_summary(summary: dict) -> None:
     print(f"heldout_accuracy before={before:.4f} after={after:.4f} minutes={summary['train_minutes']:.2f}")
 
 
+def _print_offline_summary(summary: dict) -> None:
+    print(f"report: {summary['report']}")
+    for split in ("train", "heldout"):
+        before, after = summary["before"].get(split), summary["after"].get(split)
+        if before and after:
+            keys = [k for k in ("loss", "rewards/margins", "accuracy") if k in before and k in after]
+            print(f"{summary['stage']} {split} " + " ".join(f"{k} before={before[k]:.4f} after={after[k]:.4f}" for k in keys))
+    print(f"steps={summary['steps']} minutes={summary['train_minutes']:.2f}")
+
+
 def cmd_eval(args) -> int:
     from grpokit.rollout.hf import HFBackend
     from grpokit.trainer import setup
     from grpokit.trainer.evaluation import evaluate_accuracy
 
+    if args.k < 1:
+        raise UserError(f"--k {args.k}: the number of samples per prompt must be at least 1")
     cfg = _load(args)
     source = args.model or cfg.model.name
     model, tokenizer = _load_for_eval(source, cfg.model.dtype)
     splits = setup.build_splits(cfg.data)
     rows = splits.heldout[: args.limit] if args.limit else splits.heldout
     rewards = setup.build_rewards(cfg.rewards)
-    judge = next((r for r in rewards if r.name == (cfg.eval.accuracy_reward or rewards[0].name)), rewards[0])
+    judge = setup.accuracy_judge(cfg, rewards)  # eval.accuracy_reward naming no reward: one line
     result = evaluate_accuracy(
         HFBackend(model, tokenizer), rows, setup.render_all(tokenizer, rows, cfg.data.system_prompt), judge,
         batch_size=cfg.eval.batch_size, max_new_tokens=cfg.eval.max_new_tokens, k=args.k,

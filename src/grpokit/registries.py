@@ -20,6 +20,7 @@ _LOCATIONS = {
     "combiner": ("grpokit.rewards.combiners", "COMBINERS"),
     "curriculum": ("grpokit.data.curricula", "CURRICULA"),
     "correction": ("grpokit.algos.offpolicy", "CORRECTIONS"),
+    "offline_loss": ("grpokit.algos.offline", "OFFLINE_LOSSES"),
 }
 AXES = tuple(_LOCATIONS)
 

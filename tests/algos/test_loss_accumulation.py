@@ -24,6 +24,7 @@ def batch(seed):
         "group_ids": torch.arange(GROUPS).repeat_interleave(G),
         "rewards": torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0]),
         "teacher_logp": logp + 0.1 * torch.randn(ROWS, T, generator=g),
+        "ref_logp": logp + 0.05 * torch.randn(ROWS, T, generator=g),  # humanline's synced reference
         "aux_logp": logp - 0.2 * torch.rand(ROWS, T, generator=g),
         "plan_mask": (torch.arange(T) < 2).float().expand(ROWS, T).clone(),
         "verif_mask": (torch.arange(T) >= 3).float().expand(ROWS, T).clone(),

@@ -72,7 +72,7 @@ def test_kdrl_group_mask_and_denominator_flag():
     assert torch.allclose(part, 2 * full)
 
 
-def test_kdrl_errors_and_no_teacher_is_ppo_clip():
+def test_kdrl_errors_and_no_teacher_is_refused():
     inp = kd_inputs(adv=1.0)
     inp.rewards = None
     with pytest.raises(ValueError, match="rewards"):
@@ -80,7 +80,17 @@ def test_kdrl_errors_and_no_teacher_is_ppo_clip():
     with pytest.raises(ValueError, match="kd_mask"):
         POLICY_LOSSES.get("kdrl")(inp, kd_mask="sometimes")
     inp.teacher_logp = None
-    assert torch.allclose(POLICY_LOSSES.get("kdrl")(inp)[0], POLICY_LOSSES.get("ppo_clip")(inp)[0])
+    with pytest.raises(ValueError, match="teacher_logp"):  # never ppo_clip in disguise
+        POLICY_LOSSES.get("kdrl")(inp, kd_mask="none")
+
+
+def test_kdrl_teacher_gap_is_zero_only_for_the_student_itself():
+    inp = kd_inputs(adv=1.0)
+    _, m = POLICY_LOSSES.get("kdrl")(inp, kd_mask="none")
+    # |l - l^T| = |-1 + 1.5|, |-2 + 1| = 0.5, 1 -> mean 0.75
+    assert float(m["kd/teacher_gap"]) == pytest.approx(0.75)
+    inp.teacher_logp = inp.logp.detach().clone()
+    assert float(POLICY_LOSSES.get("kdrl")(inp, kd_mask="none")[1]["kd/teacher_gap"]) == 0.0
 
 
 def test_kdrl_coefficient_schedule():

@@ -125,10 +125,10 @@ def test_humanline_without_band_is_grpo_against_the_reference():
     )
     g, _ = POLICY_LOSSES.get("ppo_clip")(LossInputs(logp=logp, old_logp=ref, adv=adv, mask=mask))
     assert torch.allclose(h, g)
-    # no ref_logp: the ratio is taken against old_logp
-    h_old, _ = POLICY_LOSSES.get("humanline")(LossInputs(logp=logp, old_logp=ref, adv=adv, mask=mask),
-                                              log_eps_p=-math.inf, log_eps_r=math.inf)
-    assert torch.allclose(h_old, g)
+    # no ref_logp: an error, never a ratio against old_logp (another method)
+    with pytest.raises(ValueError, match="ref_logp"):
+        POLICY_LOSSES.get("humanline")(LossInputs(logp=logp, old_logp=ref, adv=adv, mask=mask),
+                                       log_eps_p=-math.inf, log_eps_r=math.inf)
 
 
 def test_humanline_should_sync():

@@ -7,7 +7,7 @@ from grpokit.registry import call_with
 
 from grpokit.algos.advantages import grpo_advantage
 from grpokit.algos.losses import LossInputs, ppo_clip_loss
-from grpokit.algos.token_weights import TOKEN_WEIGHTS, entropy_band_penalty, iwae_trace_weights
+from grpokit.algos.token_weights import TOKEN_WEIGHTS, entropy_band_penalty
 
 A, B, C, D, E, PAD = 1, 2, 3, 4, 5, 0
 
@@ -168,14 +168,3 @@ def test_variational_forward_kl_weights_hand_computed():
     row = torch.tensor([0.5, 0, 0.5, 0, 0, 0, 0.5, 0.25, 0.25])
     assert torch.allclose(w, mask * row[:, None])
     assert float(m["variational/trained_frac"]) == pytest.approx(5 / 9)
-
-
-def test_iwae_soft_weights_sum_to_one_and_top1_picks_argmax():
-    # group 0: log ρ = [0, ln 3] -> [1/4, 3/4]; group 1: [2, 5, 5] -> ties at the max, top1 -> first
-    log_rho = torch.tensor([0.0, math.log(3.0), 2.0, 5.0, 5.0])
-    g = torch.tensor([0, 0, 1, 1, 1])
-    soft, _ = iwae_trace_weights(log_rho, g)
-    assert torch.allclose(soft[:2], torch.tensor([0.25, 0.75]))
-    assert torch.allclose(torch.zeros(2).index_add(0, g, soft), torch.ones(2))
-    top1, _ = iwae_trace_weights(log_rho, g, selection="top1")
-    assert torch.equal(top1, torch.tensor([0.0, 1.0, 0.0, 1.0, 0.0]))

@@ -8,9 +8,10 @@ import pytest
 from grpokit.data.curricula import (
     CURRICULA,
     SOURCE_KEY,
-    answer_prefix_hint,
+    hint_leaks,
     prompt_key,
     reword_and_distract,
+    worked_steps_hint,
 )
 
 
@@ -33,8 +34,8 @@ def test_routing_matches_spec_example():
     cur.observe(rows, [0.2, 0.9, 0.6, 0.7])
     assert cur.buffer_mean() == pytest.approx(0.6)
     out = cur.transform(rows[:3], random.Random(0))
-    # hard: f = 0.4, n = 4 digits → k = ceil(0.4·3) = 2 digits revealed: "10"
-    assert out[0]["prompt"] == "What is 47 * 23?\nHint: the answer is a 4-digit number starting with 10."
+    # hard: f = 0.4, the 3-step multiplication method → k = ceil(0.4·3) = 2 steps, no computed number
+    assert out[0]["prompt"] == "What is 47 * 23?\nHint: Split 23 into its tens and its ones. Multiply 47 by each part."
     assert out[0][SOURCE_KEY] == "What is 47 * 23?" and out[0]["answer"] == "1081"
     # easy: f = 0.3 → ceil(0.3·3) = 1 distractor, reworded with the same operands, same answer
     easy = out[1]
@@ -70,16 +71,14 @@ def test_measure_augmented_off_and_prompt_ema():
 
 
 def test_hint_fraction_grows_with_difficulty():
-    row = {"prompt": "q", "answer": "123456"}  # n = 6 → k = clip(ceil(f·5), 1, 5)
-    assert answer_prefix_hint(row, 0.1, None).endswith("starting with 1.")
-    assert answer_prefix_hint(row, 0.5, None).endswith("starting with 123.")  # ceil(2.5) = 3
-    assert answer_prefix_hint(row, 1.0, None).endswith("starting with 12345.")  # never all 6
-    assert answer_prefix_hint({"answer": "-7"}, 1.0, None) == (
-        "Hint: the answer is a negative number between -9 and -5.")
-    assert answer_prefix_hint({"answer": "3"}, 1.0, None) == "Hint: the answer is a number between 0 and 4."
-    # 11 characters, f = 0.5 → k = ceil(0.5·10) = 5: "(1 + "
-    assert answer_prefix_hint({"answer": "(1 + 2) * 3"}, 0.5, None) == "Hint: the answer starts with '(1 + '."
-    assert answer_prefix_hint({"prompt": "no answer"}, 1.0, None) is None
+    row = {"prompt": "What is 36 + 45?", "answer": "81", "task": "arithmetic"}  # 3-step column addition
+    # k = clip(ceil(f·3), 1, 3): f 0.1 → 1 step, 0.5 → ceil(1.5) = 2, 1.0 → all 3
+    lengths = [worked_steps_hint(row, f, None).count(".") for f in (0.1, 0.5, 1.0)]
+    assert lengths == [1, 2, 3]
+    assert worked_steps_hint({"prompt": "What is 3 - 1?", "answer": "2"}, 0.1, None) == "Hint: Start at 3."
+    sort = {"prompt": "Sort these numbers in ascending order: 3, 1.", "answer": "1, 3", "task": "sorting"}
+    assert worked_steps_hint(sort, 0.2, None) == "Hint: Find the smallest of the numbers first."
+    assert worked_steps_hint({"prompt": "no task", "answer": "7"}, 1.0, None) is None
 
 
 def test_hard_row_without_answer_is_counted_not_changed():
@@ -102,13 +101,13 @@ def test_perturbation_keeps_answer_and_scales_noise():
 
 def test_custom_builders_are_used():
     cur = CURRICULA.get("difficulty_augmentation")(
-        hint_builder=lambda row, f, rng: f"H{f:.1f}",
+        hint_builder=lambda row, f, rng: "H" + "+" * round(f * 8),
         perturber=lambda row, f, rng: {**row, "prompt": row["prompt"].upper()},
     )
     rows = _rows("hard", "easy")
     cur.observe(rows, [0.25, 0.75])  # mean 0.5 → ΔR = +0.25 / −0.25
     out = cur.transform(rows, random.Random(0))
-    assert [r["prompt"] for r in out] == ["hard\nH0.2", "EASY"]
+    assert [r["prompt"] for r in out] == ["hard\nH++", "EASY"]  # f = 0.25 → round(2.0) = 2 pluses
 
 
 def test_difficulty_state_round_trip_is_json():
@@ -179,3 +178,15 @@ def test_pass_rate_state_round_trip_is_json():
 def test_pass_rate_rejects_bad_bounds():
     with pytest.raises(ValueError, match="low"):
         CURRICULA.get("pass_rate_filter")(low=0.9, high=0.1)
+
+
+
+def test_leaking_hints_from_any_builder_are_refused():
+    assert hint_leaks("Hint: the answer starts with 4.", "42", "What is 25 + 17?")  # 4 is no number of the question
+    assert hint_leaks("Hint: add 14 and 28.", "42", "What is 14 + 28?")  # digits 1428 hold 42
+    assert not hint_leaks("Hint: add 25 and 17.", "42", "What is 25 + 17?")  # digits 2517
+    cur = CURRICULA.get("difficulty_augmentation")(hint_builder=lambda row, f, rng: "Hint: it is 42.")
+    rows = [{"prompt": "What is 25 + 17?", "answer": "42"}, {"prompt": "y", "answer": "1"}]
+    cur.observe(rows, [0.0, 1.0])
+    assert cur.transform(rows[:1], random.Random(0))[0] is rows[0]  # unchanged
+    assert cur.metrics()["hint_refused"] == 1.0 and cur.metrics()["hinted"] == 0.0

@@ -7,6 +7,7 @@ one prove its method on the real model is issue 13's work.
 """
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from grpokit.cli import main
 from grpokit.config import load_config, preset_names
 
 pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
 
 
 def train_reward_models_the_preset_needs(preset):
@@ -31,16 +33,29 @@ def train_reward_models_the_preset_needs(preset):
 MECHANISM = {
     "dapo": [("dynamic_sampling/rounds", lambda v: v >= 1), ("overlong/penalised_frac", lambda v: 0 <= v <= 1)],
     "intellect2": [("clip/dual_frac", lambda v: 0 <= v <= 1), ("dynamic_sampling/rounds", lambda v: v >= 1)],
-    "spine": [("tokens/selected_frac", lambda v: 0 < v < 1)],  # only the top-rho entropy (forking) tokens
+    "spine": [("tokens/selected_frac", lambda v: 0 < v < 1),  # only the top-rho entropy (forking) tokens
+              ("reward/majority_vote/mean", lambda v: 0 <= v <= 1),  # label-free: agreement with the majority
+              ("band/penalty", lambda v: v >= 0)],  # the entropy band is on
     "ts_grpo": [("spans/plan_frac", lambda v: v > 0)],  # a planning span was found in the sampled text
-    "grpo_verif": [("verif/token_frac", lambda v: v > 0)],  # verification tokens are in the loss
+    "grpo_verif": [("verif/token_frac", lambda v: v > 0),  # verification tokens are in the loss
+                   ("reward/answer_tiers/mean", lambda v: -1.5 <= v <= 1)],  # solutions scored +1 / -1 / -1.5
     "drpo": [("drpo/k_mean", lambda v: v >= 1)],  # difficulty clusters were formed per domain
-    "reg_grpo": [("reg/sq_err", lambda v: v == v)],
+    "reg_grpo": [("reg/sq_err", lambda v: v == v), ("reg/rho_std", lambda v: v > 0)],  # mu = 2: the regression acts
+    "deepvideo_r1": [("reg/rho_std", lambda v: v > 0), ("curriculum/hint_refused", lambda v: v == 0)],
+    "crpo": [("combiner/w0", lambda v: v == 10.0)],  # the fixed weighted sum, 10 r_acc + ...
+    "pref_grpo": [("adv/clipped_frac", lambda v: 0 <= v <= 1),  # the advantage clip at 5 is applied
+                  ("reward/win_rate/mean", lambda v: abs(v - 0.5) < 1e-4)],  # every comparison hands out one point
+    "ttrl": [("reward/majority_vote/mean", lambda v: 0 <= v <= 1)],
     "disco": [("disco/valid_frac", lambda v: 0 <= v <= 1)],
     "lambda_grpo": [("lambda/weight_mean", lambda v: 0 < v <= 1)],
-    "variational": [("variational/trained_frac", lambda v: 0 <= v <= 1)],
+    "variational": [  # posterior traces sampled with the answer in the prompt and trained on with weights rho~ > 0
+        ("variational/posterior_rows", lambda v: v == 2 * 4), ("variational/hint_in_prompt", lambda v: v == 1.0),
+        ("variational/posterior_trained_frac", lambda v: 0 < v <= 1), ("variational/ess", lambda v: 1 <= v <= 4),
+    ],
     "kdrl": [("kd/mask_frac", lambda v: 0 <= v <= 1)],
     "humanline": [("humanline/unclamped_frac", lambda v: 0 <= v <= 1)],
+    "dpo": [("rewards/margins", lambda v: abs(v) < 1e-4)],  # step 1: the policy is its own reference
+    "kto": [("kl", lambda v: abs(v) < 1e-4)],
 }
 
 
@@ -48,8 +63,10 @@ MECHANISM = {
 def test_preset_runs_on_real_model(preset, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # relative paths of a preset (reward models, runs/) land here
     train_reward_models_the_preset_needs(preset)
+    cfg = load_config(preset=preset)
+    data = cfg.data.path if cfg.stage != "grpo" else None  # offline presets (sft, dpo, kto) read the repository's example data
     code = main([
-        "train", "--preset", preset,
+        "train", "--preset", preset, *(["--set", f"data.path={REPO / data}"] if data else []),
         "--set", f"logging.output_dir={tmp_path / 'run'}",
         "--set", "train.steps=1",
         "--set", "rollout.prompts_per_step=2",

@@ -5,7 +5,7 @@ import pytest
 from grpokit.data.tasks import TASKS
 from grpokit.rewards import REWARDS
 
-HAND_TESTED = {"answer_match", "math_verify", "format_regex", "countdown_equation", "sorted_list"}
+HAND_TESTED = {"answer_match", "answer_tiers", "math_verify", "format_regex", "countdown_equation", "sorted_list"}
 
 
 def test_text_builtins_are_registered():
@@ -32,6 +32,20 @@ def test_answer_match():
 def test_answer_match_requires_answer_column():
     with pytest.raises(ValueError, match="'answer' column"):
         REWARDS.get("answer_match")(["p"], ["1"])
+
+
+def test_answer_match_missing_ok_scores_unlabelled_rows_none():
+    # a logged-only judge of a label-free preset: no 'answer' column -> None (not applicable) per row
+    assert REWARDS.get("answer_match")(["p", "q"], ["1", "2"], missing_ok=True) == [None, None]
+    assert REWARDS.get("answer_match")(["p"], ["1"], answer=["1"], missing_ok=True) == [1.0]  # labels still used
+
+
+def test_answer_tiers_grpo_verif_solution_reward():
+    fn = REWARDS.get("answer_tiers")
+    completions = ["37 + 45 = 82", "The answer is 81.", "no idea", "x"]
+    # correct +1, incorrect -1, no extractable number -1.5, no gold answer None
+    assert fn(["p"] * 4, completions, answer=["82", "82", "82", None]) == [1.0, -1.0, -1.5, None]
+    assert fn(["p"], ["none"], answer=["1"], invalid=-2.0) == [-2.0]
 
 
 def test_math_verify():

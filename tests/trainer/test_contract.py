@@ -81,6 +81,13 @@ def test_plan_delimiter_found_in_no_sampled_completion_fails_before_the_first_up
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))  # nothing trained
 
 
+def test_plan_delimiter_the_tokenizer_cannot_write_is_refused_before_training(tiny_cfg):
+    cfg = tiny_cfg(**{"algorithm.loss": "ts_grpo", "algorithm.plan_delimiter": "∴"})  # the tiny tokenizer has no "∴"
+    with pytest.raises(RunContractError, match="plan_delimiter '∴' cannot be written by the policy's tokenizer") as err:
+        Trainer(cfg, *tiny_model_and_tokenizer(seed=0))
+    assert "\n" not in str(err.value)
+
+
 def test_domain_aware_advantage_on_rows_without_a_domain_column_is_refused(tiny_cfg, tmp_path, no_model_load):
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(f'{{"prompt": "What is {i} + 1?", "answer": "{i + 1}"}}\n' for i in range(10)))

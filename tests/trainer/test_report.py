@@ -130,3 +130,30 @@ def test_moving_average_by_hand():
     # window 2: [1], [1,3]->2, [3,5]->4, [5,7]->6
     assert moving_average([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
     assert moving_average([4.0, 8.0], 1) == [4.0, 8.0]
+
+
+def test_mid_run_evaluations_are_reported_and_plotted(tmp_path):
+    # Trainer.evaluate's labels: before, "during" every eval.every steps, after. The run stopped on
+    # its time budget right after the step-20 mid-run eval, so "after" evaluates step 20 again.
+    from grpokit.trainer.report import plot_accuracy, read_jsonl
+
+    _write_jsonl(tmp_path / "metrics.jsonl", _metrics())
+    evals = [
+        {"step": 0, "accuracy": 0.20, "n": 10, "split": "heldout", "label": "before"},
+        {"step": 10, "accuracy": 0.50, "n": 10, "split": "heldout", "label": "during"},
+        {"step": 20, "accuracy": 0.60, "n": 10, "split": "heldout", "label": "during"},
+        {"step": 20, "accuracy": 0.70, "n": 10, "split": "heldout", "label": "after"},
+    ]
+    _write_jsonl(tmp_path / "eval.jsonl", evals)
+    text = write_report(tmp_path).read_text()
+    assert "| heldout | 20.0% (step 0, n=10) | 70.0% (step 20, n=10) | +50.0 pp |" in text
+    table = text.split("### Every evaluation")[1].split("## Training")[0]
+    assert "| heldout | 10 | during | 50.0% | 10 |" in table
+    assert "| heldout | 20 | after | 70.0% | 10 |" in table and "60.0%" not in table  # one point per step
+    plotted = plot_accuracy(read_jsonl(tmp_path / "eval.jsonl"), tmp_path / "acc.png")
+    assert [(e["step"], e["label"]) for e in plotted["heldout"]] == [(0, "before"), (10, "during"), (20, "after")]
+    assert (tmp_path / "acc.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_no_evaluation_table_without_mid_run_evaluations(run_dir):
+    assert "### Every evaluation" not in write_report(run_dir).read_text()

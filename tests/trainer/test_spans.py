@@ -35,3 +35,25 @@ def test_character_tokenizer_span_ends_at_the_first_occurrence():
     assert span_mask_through_text(tok, ids, mask, "=").tolist() == [
         [1, 1, 1, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0],
     ]
+
+
+def test_smollm2_tokenizer_plan_span_through_the_equals_sign_written_in_context():
+    """The real tokenizer: "=" alone is one id, but a completion writes " =" as another, so only the text search finds it."""
+    from grpokit.model.loading import load_tokenizer
+
+    tok = load_tokenizer("smollm2-135m-instruct")
+    texts = ["3 + 4 = 7", "The answer is 12", "12 * 3 = 36 so 36"]
+    enc = [tok(t, add_special_tokens=False).input_ids for t in texts]
+    standalone = tok("=", add_special_tokens=False).input_ids
+    assert len(standalone) == 1 and all(standalone[0] not in e for e in enc)  # d3cb0f9 searched for these ids: no span, ever
+    width = max(map(len, enc))
+    ids = torch.tensor([e + [tok.pad_token_id] * (width - len(e)) for e in enc])
+    mask = torch.tensor([[1] * len(e) + [0] * (width - len(e)) for e in enc])
+    spans = span_mask_through_text(tok, ids, mask, "=")
+    for row, e, text in zip(spans.tolist(), enc, texts):
+        n = sum(row)
+        assert row[:n] == [1] * n and not any(row[n:])  # a prefix of the completion
+        if "=" in text:  # the span's tokens decode to the text through the first "=", not one token more or less
+            assert tok.decode(e[:n]).rstrip().endswith("=") and "=" not in tok.decode(e[: n - 1])
+        else:
+            assert n == 0

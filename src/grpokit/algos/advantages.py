@@ -52,6 +52,7 @@ def grpo_advantage(
     std_mode: str = "unbiased",
     std_eps: float = 1e-6,
     allow_singleton_groups: bool = False,
+    clip: Optional[float] = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GRPO group-relative advantage A_i = (R_i - mean_g) / (std + eps).
 
@@ -59,8 +60,12 @@ def grpo_advantage(
     std of the whole batch's rewards, 'none' not at all (Dr. GRPO, arXiv 2503.20783).
     Groups whose rewards are all equal get advantage exactly 0 (counted in
     ``adv/zero_var_frac``). A group of one completion raises unless
-    ``allow_singleton_groups`` (then mean 0, std 1 as verl does).
+    ``allow_singleton_groups`` (then mean 0, std 1 as verl does). ``clip`` = c > 0 clamps A to
+    [-c, c] and logs ``adv/clipped_frac`` (Pref-GRPO, arXiv 2508.20751: c = 5; with unbiased
+    group std |A| <= (G-1)/sqrt(G), so c = 5 binds only from G = 27).
     """
+    if clip is not None and clip <= 0:
+        raise ValueError(f"grpo advantage option clip must be > 0 or null, got {clip}")
     mean, std, counts = group_mean_std(rewards, group_ids, std_mode)
     singleton = _check_singletons(counts, allow_singleton_groups, "grpo")
     mean = torch.where(singleton, torch.zeros_like(mean), mean)
@@ -76,7 +81,11 @@ def grpo_advantage(
         raise ValueError(f"unknown advantage scale '{scale}'; choose group, batch or none")
     zero_var = _constant_groups(rewards, group_ids) & ~singleton
     adv = torch.where(zero_var, torch.zeros_like(adv), adv)
-    return adv, _zero_var_summary(adv, group_ids, zero_var)
+    if clip is None:
+        return adv, _zero_var_summary(adv, group_ids, zero_var)
+    clipped = adv.abs() > clip
+    adv = adv.clamp(-clip, clip)
+    return adv, {**_zero_var_summary(adv, group_ids, zero_var), "adv/clipped_frac": clipped.float().mean()}
 
 
 @ADVANTAGES.register("dr_grpo")

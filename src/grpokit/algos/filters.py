@@ -1,12 +1,13 @@
 """Group filters and length shaping from DAPO: which rows to train on, and the overlong penalty.
 
 Yu et al., "DAPO: An Open-Source LLM Reinforcement Learning System at Scale", arXiv 2503.14476
-(spec variants-a §1.3). Pure tensor functions returning ``(value, metrics)``; each takes its own
+(§3.2 dynamic sampling, §3.4 overlong reward shaping). Pure tensor functions returning ``(value, metrics)``; each takes its own
 inputs as keywords and ignores the rest. What each returns differs, so the trainer calls each
 at its own place:
 
-* ``dynamic_sampling(rewards [B], group_ids [B]) -> keep [B] bool`` (after scoring: drop rows,
-  then sample more prompts until the batch is full — the resampling loop is the trainer's);
+* ``dynamic_sampling(rewards [B], group_ids [B]) -> keep [B] bool`` (after scoring, on the
+  outcome reward: drop rows, then sample more prompts until the batch is full — the resampling
+  loop is the trainer's, ``trainer/collect.py``);
 * ``overlong_punishment(lengths [B], max_len, cache_len) -> R_len [B]`` (added to the reward);
 * ``mask_truncated(mask [B, T], truncated [B]) -> mask [B, T]`` (overlong filtering).
 """

@@ -48,3 +48,16 @@ def group_log_mean_exp(x: torch.Tensor, keep: torch.Tensor, same: torch.Tensor) 
     member = member | ~member.any(-1, keepdim=True)
     logits = x.unsqueeze(0).expand_as(same).masked_fill(~member, float("-inf"))
     return torch.logsumexp(logits, dim=-1) - torch.log(member.sum(-1).to(x.dtype))
+
+
+def live_row_share(live: torch.Tensor, same: torch.Tensor) -> torch.Tensor:
+    """``[B]``: |group(i)| / #live rows of group(i) on a live row, 0 on a row without loss tokens.
+
+    ``live [B]`` is 1 on rows with at least one loss token. A per-group term broadcast to every
+    row and multiplied by this keeps its group's weight under ``seq_mean_token_mean`` ((1/B)
+    sum_i): the rows without loss tokens (masked truncation, empty completions), which that
+    aggregate cannot see, hand their share to the group's other rows. 1 everywhere when every
+    row is live.
+    """
+    n_live = same @ live
+    return torch.where(live > 0, same.sum(-1) / n_live.clamp(min=1), torch.zeros_like(live))

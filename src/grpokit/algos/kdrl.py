@@ -83,11 +83,12 @@ def kdrl_loss(
     or 'reward': A_it <- A_it - kd_coef * w_i * delta_it (detached k1, no re-normalisation).
     ``kd_full_denominator`` True keeps the denominator over all tokens when the mask removes
     responses; False renormalises the KD term over the distilled tokens of the micro-batch.
-    Without ``inp.teacher_logp`` the KD term is absent and this is ``ppo_clip``.
+    Without ``inp.teacher_logp`` it raises (it would be ``ppo_clip``, another method). The metric
+    ``kd/teacher_gap`` (mean |l - l^T| over all loss tokens) is 0 exactly when the teacher is the student.
     """
     clip = {"epsilon_low": epsilon_low, "epsilon_high": epsilon_high, "ratio": ratio, "clip_ratio_c": clip_ratio_c}
     if inp.teacher_logp is None:
-        return ppo_clip_loss(inp, **clip)
+        raise ValueError("kdrl needs teacher_logp [B, T] (the teacher's log-probs of the sampled tokens): set model.teacher")
     if kd_placement not in ("loss", "reward"):
         raise ValueError(f"kdrl option kd_placement '{kd_placement}' is not one of: loss, reward")
     teacher = inp.teacher_logp.detach()
@@ -106,6 +107,8 @@ def kdrl_loss(
         loss = loss + kd_coef * kd
     with torch.no_grad():
         metrics["kd/kl"] = masked_mean(kd.detach(), inp.mask)
+        # teacher-student disagreement on every loss token, unmasked by kd_mask: 0 iff the teacher is the student
+        metrics["kd/teacher_gap"] = masked_mean(delta.detach().abs(), inp.mask)
         metrics["kd/mask_frac"] = masked_mean(w.expand_as(inp.mask), inp.mask)
         metrics["kd/coef"] = inp.logp.new_tensor(kd_coef)
     return loss, metrics

@@ -23,7 +23,9 @@ POLICY_LOSSES = Registry(
     # advantage 0 has gradient exactly 0 at every ratio (the learner may skip all-zero rows);
     # option_schedule: fn(step, **options) -> options updated before each step's update
     properties={"groupwise": False, "zero_advantage_zero_gradient": False, "option_schedule": None},
-    context=("epsilon_low", "epsilon_high", "ratio"),
+    # context: offered by the objective to every loss that names them, never user options;
+    # num_seqs / num_tokens: the optimizer batch's totals (for a loss with a batch-level term)
+    context=("epsilon_low", "epsilon_high", "ratio", "num_seqs", "num_tokens"),
     option_carriers=("option_schedule",),
 )
 

@@ -1,4 +1,4 @@
-"""Token-level variants of the clipped surrogate: CISPO, humanline clipping, TS-GRPO spans, GRPO-Verif.
+"""Token-level variants of the clipped surrogate: CISPO, SAPO, humanline clipping, TS-GRPO spans, GRPO-Verif.
 
 Each registers into :data:`grpokit.algos.losses.POLICY_LOSSES` and returns a per-token loss
 ``[B, T]`` (loss = -objective). The docstring of each says which aggregation it expects.
@@ -59,6 +59,42 @@ def cispo_loss(
     return loss, metrics
 
 
+@POLICY_LOSSES.register("sapo", zero_advantage_zero_gradient=True)
+def sapo_loss(
+    inp: LossInputs, *, tau_pos: float = 1.0, tau_neg: float = 1.05
+) -> tuple[torch.Tensor, Metrics]:
+    """SAPO: a soft, temperature-controlled sigmoid gate on the token ratio instead of the hard clip.
+
+        f(r; tau) = sigmoid(tau (r - 1)) * 4 / tau,   tau_it = tau_pos if A_it > 0 else tau_neg
+        L_it      = -f(r_it; tau_it) A_it,           r_it = exp(clamp(l_it - l^old_it, -20, 20))
+
+    grad L_it = -w_it r_it A_it grad l_it with w_it = 4 sigmoid(x)(1 - sigmoid(x)), x = tau (r - 1):
+    w = 1 on-policy (r = 1, any tau), so the first update is plain GRPO's; off-policy tokens are
+    attenuated smoothly (never cut to 0 as by the clip), faster for larger tau. tau_neg > tau_pos
+    damps negative-advantage tokens more, whose updates spread over the whole vocabulary.
+    "Soft Adaptive Policy Optimization", Gao et al. (Qwen), arXiv 2511.20347 (the gate f, its
+    gradient weight w, the asymmetric temperatures). Defaults tau_pos = 1.0, tau_neg = 1.05 are
+    the paper's, as in TRL's ``loss_type="sapo"`` (``sapo_temperature_pos/neg``) and verl's
+    ``tau_pos/tau_neg``; the +-20 log-ratio clamp is verl's (it keeps exp and the backward
+    finite). Token ratio only, as in the paper (no ``ratio`` option). Expects
+    ``seq_mean_token_mean`` (the paper's (1/G) sum_i (1/|y_i|) sum_t).
+    """
+    if tau_pos <= 0 or tau_neg <= 0:
+        raise ValueError(f"sapo options tau_pos and tau_neg must be > 0 (got {tau_pos}, {tau_neg})")
+    adv = inp.token_adv().detach()
+    r = torch.exp(torch.clamp(inp.logp - inp.old_logp.detach(), -20.0, 20.0))  # [B, T]
+    tau = torch.where(adv > 0, torch.full_like(r, tau_pos), torch.full_like(r, tau_neg))
+    gate = torch.sigmoid(tau * (r - 1.0))
+    loss = -gate * (4.0 / tau) * adv
+    with torch.no_grad():
+        metrics = {
+            # the gradient weight w: 1 on-policy, the soft analogue of 1 - the clip fraction
+            "sapo/grad_weight": masked_mean(4.0 * gate * (1.0 - gate), inp.mask),
+            "ratio/mean": masked_mean(r, inp.mask),
+        }
+    return loss, metrics
+
+
 @POLICY_LOSSES.register("humanline", inputs=("ref_logp",))
 def humanline_loss(
     inp: LossInputs,
@@ -78,17 +114,19 @@ def humanline_loss(
     ``token_mean``). Defaults -1.5 / 1.5 are open-r1-humanline's; its GRPO recipes use
     -0.1 / 1.0 or -0.1 / 0.5, HALOs -1.0 / 1.5.
 
-    ``ref_logp`` must hold the log-probs of the *humanline reference*, which the trainer sets to
-    the pre-update policy weights every k optimizer steps (:func:`humanline_should_sync`); the
-    usual ``beta * k3`` term against it comes from the objective's KL. Without ``ref_logp`` the
-    ratio is taken against ``old_logp`` [inferred fallback]: with k = 1 and one update per
-    batch the synced reference *is* pi_old.
+    ``ref_logp`` holds the log-probs of the *humanline reference*: after every k-th optimizer
+    update the trainer loads into it the weights from before that update
+    (:func:`humanline_should_sync`, ``algorithm.ref_sync_every`` = k), so with k = 1 the ratio is
+    against the policy one update back (GRPO whose pi_old is the previous update's policy). The
+    usual ``beta * k3`` term against it comes from the objective's KL. ``ref_logp`` is a declared
+    input: without it this is an error, never a ratio against ``old_logp``.
     """
     if log_eps_p > 0 or log_eps_r < 0:
         raise ValueError(f"humanline needs log_eps_p <= 0 <= log_eps_r (got {log_eps_p}, {log_eps_r})")
+    if inp.ref_logp is None:
+        raise ValueError("humanline needs ref_logp (the synced reference's log-probs): the trainer scores it")
     adv = inp.token_adv().detach()
-    base = inp.ref_logp if inp.ref_logp is not None else inp.old_logp
-    log_r = inp.logp - base.detach()
+    log_r = inp.logp - inp.ref_logp.detach()
     z = torch.clamp(log_r, log_eps_p, log_eps_r)
     loss, is_clipped = clipped_surrogate(torch.exp(z), adv, epsilon_low, epsilon_high)
     with torch.no_grad():
@@ -102,10 +140,13 @@ def humanline_loss(
 
 
 def humanline_should_sync(step: int, every: int) -> bool:
-    """Whether optimizer step ``step`` (1-based) ends with pi_ref <- the policy weights captured before it.
+    """Whether optimizer update ``step`` (1-based) ends with pi_ref <- the policy weights captured before it.
 
-    Humanline syncing (arXiv 2509.24207): every ``every`` = k steps; HALOs uses k = 1,
-    open-r1-humanline k in {12, 16, 20, 25}. ``every <= 0`` never syncs (a frozen reference).
+    Humanline syncing ("Humanline: Online Alignment as Perceptual Loss", arXiv 2509.24207; the
+    public code's ``on_pre_optimizer_step`` capture and ``global_step % k == 0`` load): every
+    ``every`` = k optimizer updates, counted over the run (mu updates per batch count mu times).
+    HALOs uses k = 1, open-r1-humanline k in {12, 16, 20, 25}. ``every <= 0`` never syncs (a
+    frozen reference). The trainer applies exactly this rule (``trainer/stages.ReferenceSync``).
     """
     return every > 0 and step > 0 and step % every == 0
 
@@ -128,7 +169,7 @@ def ts_grpo_loss(
 
     Thinkquel ("A Model Dedicated to Text-to-dbt Using Synthetic Data and a Span-Aware
     Objective", arXiv 2510.00186). The weighting of the two spans, their normalisers and the
-    defaults (lambda = 1, eps_s = 3e-4 / 4e-4) are [inferred] (spec variants-b §1). Spans come
+    defaults (lambda = 1, eps_s = 3e-4 / 4e-4) are [inferred]. Spans come
     from ``inp.plan_mask`` (see the 'span' ratio); an empty span contributes 0. Per-token
     values are scaled by |o_i| / |span| so that ``seq_mean_token_mean`` (expected) gives
     (1/G) sum_i J_i. Without a plan span this is GSPO; with plan = mask it is GRPO.
@@ -197,5 +238,3 @@ def grpo_verif_loss(
         }
     return loss, metrics
 
-
-# Trainer hook: humanline's ratio is against the (periodically synced) reference model.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from grpokit.algos.groups import group_mean, group_sum, same_group
+from grpokit.algos.groups import group_sum, live_row_share, same_group
 from grpokit.algos.losses import POLICY_LOSSES, LossInputs
 
 Metrics = dict[str, torch.Tensor]
@@ -33,10 +33,14 @@ def reg_grpo_loss(
 
     ``eps`` sits *inside* the square root: on the first on-policy update all rho = 0 and
     var = 0, where std() would give NaN gradients; here dL/drho_j = -2 A_j / (G sqrt(eps)), a
-    REINFORCE step (spec variants-a §2.1). Options, all [inferred]: ``eps`` = 1e-6;
+    REINFORCE step. Options, all [inferred]: ``eps`` = 1e-6;
     ``std_mode`` 'unbiased' | 'population' (match the advantage's convention so a perfect fit
     exists); ``length_norm`` uses rho_i / |o_i|; ``skip_zero_var_groups`` drops groups whose
     targets are all 0 (equal rewards: no signal, only noise), which still count in B.
+
+    A row without loss tokens (``mask_truncated`` on a truncated row, an empty completion) is
+    left out of its group's mean, variance and count G, and its group's mean error runs over
+    the other rows (:func:`grpokit.algos.groups.live_row_share`), as DisCO does.
     """
     if eps <= 0:
         raise ValueError(f"reg_grpo option eps must be > 0 (got {eps}); it keeps the first on-policy update finite")
@@ -46,19 +50,20 @@ def reg_grpo_loss(
     rho = ((inp.logp - inp.old_logp.detach()) * mask).sum(-1)  # [B]
     if length_norm:
         rho = rho / mask.sum(-1).clamp(min=1)
+    live = (mask.sum(-1) > 0).to(rho.dtype)  # rows with loss tokens
     target = inp.seq_adv().detach()  # [B]
     same = same_group(inp.group_ids, rho)  # [B, B]
-    centred = rho - group_mean(rho, same)
-    count = same.sum(-1)
-    denom = (count - 1).clamp(min=1) if std_mode == "unbiased" else count
+    count = group_sum(live, same)  # live rows of each row's group
+    centred = (rho - group_sum(rho * live, same) / count.clamp(min=1)) * live
+    denom = (count - 1).clamp(min=1) if std_mode == "unbiased" else count.clamp(min=1)
     var = group_sum(centred**2, same) / denom
     pred = centred / torch.sqrt(var + eps)
-    per_seq = (target - pred) ** 2  # [B]
-    valid = torch.ones_like(per_seq)
+    per_seq = (target - pred) ** 2 * live  # [B]
+    valid = live
     if skip_zero_var_groups:
-        valid = (group_sum(target.abs(), same) > 0).to(per_seq.dtype)
+        valid = (group_sum(target.abs() * live, same) > 0).to(per_seq.dtype) * live
         per_seq = per_seq * valid
-    loss = per_seq.unsqueeze(-1).expand_as(inp.logp)
+    loss = (per_seq * live_row_share(live, same)).unsqueeze(-1).expand_as(inp.logp)
     with torch.no_grad():
         metrics = {
             "reg/sq_err": (per_seq.sum() / valid.sum().clamp(min=1)),

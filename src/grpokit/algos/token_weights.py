@@ -5,7 +5,17 @@ Every registered function has the signature
 -> (weights [B, T], metrics)`` and ignores keywords it does not use. Weights are 0 wherever
 ``mask`` is 0 and carry no gradient. They re-weight the numerator of the loss only: the trainer
 keeps aggregating with ``mask`` (so the token-count denominators are unchanged), as λ-GRPO's code
-does. Also here, unregistered: the SPINE entropy-band penalty and IWAE trace weights.
+does. Also here, unregistered: the SPINE entropy-band penalty (variational reasoning's IWAE trace
+weights are in :mod:`grpokit.algos.variational`).
+
+Each registration declares ``kl_scope``, how the objective's β·KL term meets the weights
+(:func:`grpokit.algos.objective.grpo_objective`):
+
+* ``'weighted'`` (default): the weight multiplies the whole per-token objective,
+  ``w_it · (loss_it + β KL_it)``, aggregated with ``mask`` (λ-GRPO's code weights ``g − β k3``).
+* ``'selected'``: the weights are a selection; the KL acts on the selected tokens only and is
+  their mean over the whole optimizer batch, ``β Σ_{w_it>0} KL_it / N_selected``, whatever the
+  aggregation (SPINE's KL anchor on the forking tokens).
 """
 
 from __future__ import annotations
@@ -14,9 +24,15 @@ from typing import Optional
 
 import torch
 
+from grpokit.algos.variational import forward_kl_weights
 from grpokit.registry import Registry
 
-TOKEN_WEIGHTS = Registry("token_weights", context=("completion_ids", "group_ids", "entropy", "rewards"))
+TOKEN_WEIGHTS = Registry(
+    "token_weights",
+    properties={"kl_scope": "weighted"},  # 'weighted' | 'selected', see the module docstring
+    context=("completion_ids", "group_ids", "entropy", "rewards"),
+)
+KL_SCOPES = ("weighted", "selected")
 
 
 def _float_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -45,7 +61,9 @@ def lambda_grpo_weights(
 
     ``n_it`` counts the completions of i's group (i and duplicates included) that share i's
     prefix up to and including token t — the size of the trie node holding token t — so each
-    trie node's tokens carry total weight 1 instead of ``|λ|`` (spec variants-a §3.2).
+    trie node's tokens carry total weight 1 instead of ``|λ|``. The weight multiplies the whole
+    per-token objective ``w_it (g_it − β k3_it)`` (``kl_scope`` 'weighted'), as the authors'
+    code (coli-saar/grpo-prm) does; the denominators still count tokens.
     Shapes: mask, completion_ids ``[B, T]``, group_ids ``[B]``; weights ``[B, T]``.
     Sullivan (& Koller), "GRPO is Secretly a Process Reward Model", arXiv 2509.21154.
     Two positions match only if token ids *and* mask values agree, so a completion that ends
@@ -85,7 +103,7 @@ def _top_fraction(h: torch.Tensor, valid: torch.Tensor, rho: float, at_least_one
     return (rank < k[:, None]) & valid
 
 
-@TOKEN_WEIGHTS.register("forking", inputs=("entropy",))
+@TOKEN_WEIGHTS.register("forking", inputs=("entropy",), kl_scope="selected")
 def forking_tokens(
     mask: torch.Tensor,
     *,
@@ -97,9 +115,11 @@ def forking_tokens(
 
     Exactly ``ceil(ρ · n_valid)`` tokens are kept (the "80th percentile threshold" for ρ = 0.2),
     ties broken towards the earlier position; entropies are detached. Only the kept tokens get
-    policy gradient. Shapes: mask, entropy ``[B, T]`` → ``[B, T]`` in {0, 1}.
+    policy gradient, and the β·KL anchor is their mean over the batch's forks (``kl_scope``
+    'selected': ``β Σ_t f_it k3_it / Σ f``, the paper's masked KL on forking tokens).
+    Shapes: mask, entropy ``[B, T]`` → ``[B, T]`` in {0, 1}.
     Wu et al., "SPINE: Token-Selective Test-Time Reinforcement Learning with Entropy-Band
-    Regularization", arXiv 2511.17938 (spec variants-a §8.2). [inferred] ``scope``: 'batch'
+    Regularization", arXiv 2511.17938. [inferred] ``scope``: 'batch'
     (default: one threshold over all valid tokens of the batch) or 'sequence' (per row, at least
     one fork per non-empty row).
     """
@@ -133,7 +153,7 @@ def entropy_band_penalty(
     ``H_lo,i = Q_low_q(H_i,S_i)``, ``H_hi,i = Q_high_q(H_i,S_i)`` over row i's fork set ``S_i``
     (detached); the mean runs over all N forks of the batch, so ``∂R/∂H_it`` is ``+coef/N`` above
     the band, ``−coef/N`` below it, 0 inside. Differentiable through ``entropy``.
-    Shapes: entropy, forks ``[B, T]`` → scalar. SPINE, arXiv 2511.17938 (spec variants-a §8.3).
+    Shapes: entropy, forks ``[B, T]`` → scalar. SPINE, arXiv 2511.17938.
     [inferred] ``coef`` (λ_band) = 1.0 and the quantile ``interpolation`` ('linear', as numpy).
     """
     sel = forks > 0
@@ -152,11 +172,6 @@ def entropy_band_penalty(
     return penalty, {"band/penalty": penalty.detach(), "band/below_frac": below, "band/above_frac": above}
 
 
-def _group_sum(x: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-    num_groups = int(group_ids.max().item()) + 1 if group_ids.numel() else 0
-    return torch.zeros(num_groups, dtype=x.dtype, device=x.device).index_add_(0, group_ids, x)
-
-
 @TOKEN_WEIGHTS.register("variational", inputs=("rewards", "group_ids"))
 def variational_posterior_weights(
     mask: torch.Tensor,
@@ -169,49 +184,21 @@ def variational_posterior_weights(
     The gradient of ``KL(p_θ(z|x,Y) ‖ q)`` is an SFT step on sampled traces weighted by
     ``π(Y|x,z) / P(Y|x)``; with binary correctness ``r`` this is ``1[correct_i] / #correct`` per
     prompt — every prompt with a correct trace weighs 1, unlike RFT (weight p) or GRPO
-    (``sqrt(p/(1−p))``). Meant to weight a per-token NLL (SFT) loss, not the PPO surrogate.
+    (``sqrt(p/(1−p))``). The ``variational`` preset does not use this weighting: its method is the
+    ``variational`` stage (:mod:`grpokit.trainer.variational`), which appends posterior rows and
+    these forward-KL rows with the weights as advantages. As token weights of the step's own
+    samples under a GRPO advantage they only rescale and mask rows.
     Shapes: mask ``[B, T]``, rewards, group_ids ``[B]`` → ``[B, T]``.
-    Zhou et al., "Variational Reasoning for Language Models", arXiv 2509.22637 (spec variants-b
-    §9, item 4). [inferred] non-binary rewards in [0, 1] (e.g. the ``Acc`` estimate of
+    Zhou et al., "Variational Reasoning for Language Models", arXiv 2509.22637.
+    [inferred] non-binary rewards in [0, 1] (e.g. the ``Acc`` estimate of
     π(Y|x,z)) are used as they are; negative rewards are clamped to 0.
     """
     if rewards is None or group_ids is None:
         raise ValueError("token weights 'variational' need rewards [B] and group_ids [B]")
     m = _float_mask(mask)
-    r = rewards.detach().to(m.dtype).clamp(min=0)
-    total = _group_sum(r, group_ids)[group_ids]  # [B]
-    w_row = torch.where(total > 0, r / total.clamp(min=torch.finfo(r.dtype).tiny), torch.zeros_like(r))
+    w_row = forward_kl_weights(rewards.to(m.dtype), group_ids)  # [B]
     w = m * w_row[:, None]
     return w, {"variational/trained_frac": (w_row > 0).to(m.dtype).mean()}
-
-
-def iwae_trace_weights(
-    log_rho: torch.Tensor, group_ids: torch.Tensor, *, selection: str = "soft"
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """IWAE self-normalised trace weights ρ̃_k = ρ_k / Σ_{j in group} ρ_j, or the group's top-1 one-hot.
-
-    ``log_rho [B]`` is ``log π̂(Y|x,z_k) + mean_t(log π_θ − log q_φ)`` of each posterior trace;
-    the θ-gradient of the K-trace bound is ``Σ_k ρ̃_k ∇ log π_θ(z_k, Y|x)`` — a weighted SFT.
-    ``selection``: 'soft' (paper) or 'top1' (the authors' released pipeline: keep the argmax,
-    ties → first row). Shapes ``[B]`` → ``[B]``. Variational Reasoning, arXiv 2509.22637 (§9).
-    """
-    num_groups = int(group_ids.max().item()) + 1 if group_ids.numel() else 0
-    gmax = torch.full((num_groups,), float("-inf"), dtype=log_rho.dtype, device=log_rho.device).scatter_reduce(
-        0, group_ids, log_rho, reduce="amax"
-    )
-    if selection == "soft":
-        e = (log_rho - gmax[group_ids]).exp()
-        w = e / _group_sum(e, group_ids)[group_ids]
-    elif selection == "top1":
-        rows = torch.arange(log_rho.shape[0], device=log_rho.device)
-        cand = torch.where(log_rho == gmax[group_ids], rows, torch.full_like(rows, log_rho.shape[0]))
-        first = torch.full((num_groups,), log_rho.shape[0], device=log_rho.device)
-        first = first.scatter_reduce(0, group_ids, cand, reduce="amin")
-        w = (rows == first[group_ids]).to(log_rho.dtype)
-    else:
-        raise ValueError(f"unknown IWAE selection '{selection}'; choose soft or top1")
-    ess = 1.0 / _group_sum(w**2, group_ids)
-    return w, {"iwae/ess_mean": ess[ess.isfinite()].mean() if num_groups else ess.new_zeros(())}
 
 
 __all__ = [
@@ -221,5 +208,4 @@ __all__ = [
     "forking_tokens",
     "entropy_band_penalty",
     "variational_posterior_weights",
-    "iwae_trace_weights",
 ]

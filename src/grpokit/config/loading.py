@@ -159,8 +159,11 @@ def _check(value: Any, where: str, meta: dict) -> None:
     for key, (ok, sym) in bounds.items():
         if key in meta and not ok(value, meta[key]):
             raise ConfigError(f"{where} = {value!r} is out of range: it must be {sym} {meta[key]}")
-    if "choices" in meta and value not in meta["choices"]:
-        raise ConfigError(f"{where} = {value!r} is not allowed; choose one of: {', '.join(map(str, meta['choices']))}")
+    if "choices" in meta:  # a list field's choices apply to each of its items
+        for item in value if isinstance(value, list) else [value]:
+            if item not in meta["choices"]:
+                shown = f"{where} item {item!r}" if isinstance(value, list) else f"{where} = {item!r}"
+                raise ConfigError(f"{shown} is not allowed; choose one of: {', '.join(map(str, meta['choices']))}")
     if "registry" in meta and value not in meta.get("also", ()):
         from grpokit.registries import get_registry
 

@@ -53,7 +53,7 @@ class ModelConfig:
         True, "divide learner logits by the sampling temperature (as the sampler did)"
     )
     threads: int = opt(0, "torch intra-op threads (0 = leave torch's default)", ge=0)
-    teacher: Optional[str] = opt(None, "frozen teacher model for distillation losses (kdrl); same forms as `name`, same tokenizer")
+    teacher: Optional[str] = opt(None, "frozen teacher model for distillation losses (kdrl); same forms as `name` or a grpokit run folder (its newest complete checkpoint), same tokenizer, not the student's own starting model")
 
 
 @dataclass
@@ -131,7 +131,7 @@ class AlgorithmConfig:
     aggregation: str = opt("seq_mean_token_mean", "how token losses become one number", registry="aggregation")
     kl: str = opt("k3", "KL estimator against the reference model", registry="kl")
     plan_delimiter: Optional[str] = opt(None, "TS-GRPO: completion tokens up to and including this text form the planning span (null = none)")
-    ref_sync_every: int = opt(0, "copy the policy into the reference model every N steps (humanline; 0 = never)", ge=0)
+    ref_sync_every: int = opt(0, "humanline syncing: after every N-th optimizer update (mu updates per batch count mu times) the reference gets the weights from before that update (0 = never)", ge=0)
     entropy_band_coef: float = opt(0.0, "SPINE entropy-band regulariser on the selected tokens (0 = off)", ge=0)
     entropy_band_quantiles: list = opt([0.1, 0.5], "SPINE band: per-row entropy quantiles [low, high] of the selected tokens")
     entropy_coef: float = opt(0.0, "entropy bonus: subtract coef * token entropy from the loss", ge=0)
@@ -146,8 +146,8 @@ class AlgorithmConfig:
     correction_options: dict = opt({}, "keyword options of the correction (e.g. cap)")
     num_iterations: int = opt(1, "mu: optimizer steps per rollout batch (old log-probs reused)", ge=1)
     mask_truncated: bool = opt(False, "exclude completions that hit max_new_tokens from the loss")
-    dynamic_sampling: bool = opt(False, "DAPO: drop groups whose rewards are all equal and sample more prompts to refill the batch")
-    max_sampling_rounds: int = opt(4, "dynamic sampling: at most this many generation rounds per step", ge=1)
+    dynamic_sampling: bool = opt(False, "DAPO: drop groups whose outcome reward (the eval.accuracy_reward judge, before length shaping) is the same for every completion and sample more prompts to refill the batch")
+    max_sampling_rounds: int = opt(4, "dynamic sampling: at most this many generation rounds per step; when they run out the step trains on the informative groups found, and with none it takes no optimizer update (dynamic_sampling/exhausted = 1)", ge=1)
     overlong_cache: int = opt(0, "DAPO soft overlong punishment: penalty ramps over the last N tokens of max_new_tokens (0 = off)", ge=0)
 
 
@@ -161,6 +161,32 @@ class VerificationConfig:
         "verification prompt; {question} and {solution} are filled in",
     )
     max_new_tokens: int = opt(16, "verification length cap in tokens", ge=1)
+
+
+@dataclass
+class VariationalConfig:
+    """Variational reasoning (arXiv 2509.22637): the policy prompted with the reference answer is the posterior q."""
+
+    enabled: bool = opt(False, "each step: sample K traces per question from q, train the policy on them weighted by the IWAE weights, and q by forward KL on the policy's correct samples")
+    num_traces: int = opt(4, "K: posterior traces sampled per question (the paper: 8)", ge=1)
+    estimator: str = opt("acc", "estimate of pi(Y|x,z): acc (the accuracy judge on the trace's own answer) or gml (geometric-mean likelihood of the reference answer written after the trace)", choices=["acc", "gml"])
+    selection: str = opt("soft", "trace weights per question: soft (rho / sum rho, the paper's IWAE gradient) or top1 (only the largest rho, the authors' released pipeline)", choices=["soft", "top1"])
+    hint_template: str = opt("B", "the posterior's prompt: A (the answer before the question), B (the answer after it as a hint), or your own text with {question} and {answer}")
+    answer_template: str = opt("\nThe answer is {answer}.", "gml: how the reference answer is written after the trace (then EOS); {answer} is filled in")
+    posterior_kl: bool = opt(True, "train q by forward KL: the policy's correct samples under the hinted prompt, weighted 1[correct]/#correct per question")
+
+
+@dataclass
+class OfflineConfig:
+    """Offline stages (stage: sft | dpo | kto): the objective on given completions and its settings."""
+
+    loss: Optional[str] = opt(None, "offline objective (see `grpokit list`, axis offline_loss): null = the stage's own (sft, dpo, kto); humanline_dpo / humanline_kto for the humanline variants", registry="offline_loss")
+    loss_options: dict = opt({}, "keyword options of the offline objective (kto: desirable_weight, undesirable_weight; humanline_*: log_eps_p, log_eps_r)")
+    beta: float = opt(0.1, "DPO / KTO beta: scale of the implicit reward beta * log(pi / pi_ref) (the papers' and TRL's 0.1)", gt=0)
+    batch_size: int = opt(8, "rows per optimizer step: examples (sft, kto) or preference pairs (dpo); micro-batched by train.micro_batch_size sequences", ge=1)
+    ref_sync_every: Optional[int] = opt(None, "copy the policy's pre-update weights into the reference every k steps (0 = never; null = the objective's default: 1 for humanline_*, else 0)", ge=0)
+    max_prompt_tokens: int = opt(512, "prompt tokens kept (longer prompts lose their start, as TRL)", ge=1)
+    max_completion_tokens: int = opt(512, "completion tokens kept (longer completions lose their end)", ge=1)
 
 
 @dataclass
@@ -232,7 +258,11 @@ class LoggingConfig:
     samples_per_table: int = opt(4, "rows in that table", ge=1)
     checkpoint_every: int = opt(20, "save a checkpoint every N steps (0 = only at the end)", ge=0)
     keep_checkpoints: int = opt(2, "how many recent checkpoints to keep", ge=1)
-    tensorboard: bool = opt(False, "also write TensorBoard scalars (needs tensorboard)")
+    report_to: list = opt(
+        [], "experiment trackers besides metrics.jsonl (always written), as TRL's report_to: tensorboard, trackio (local SQLite in <output_dir>/trackio), wandb; [] or [none] = none",
+        choices=["none", "tensorboard", "trackio", "wandb"],
+    )
+    tensorboard: bool = opt(False, "alias of report_to: [tensorboard] (kept for older configs)")
     progress: bool = opt(True, "show a progress bar")
 
 
@@ -241,6 +271,7 @@ class Config:
     """A whole grpokit run."""
 
     description: str = opt("", "free text describing the run or preset")
+    stage: str = opt("grpo", "what `grpokit train` runs: grpo (online RL) or an offline stage on a dataset of given completions: sft, dpo, kto (`--stage`)", choices=["grpo", "sft", "dpo", "kto"])
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"doc": "policy model"})
     data: DataConfig = field(default_factory=DataConfig, metadata={"doc": "prompts"})
     rollout: RolloutConfig = field(default_factory=RolloutConfig, metadata={"doc": "sampling"})
@@ -251,6 +282,8 @@ class Config:
     reward_combiner: CombinerConfig = field(default_factory=CombinerConfig, metadata={"doc": "multi-objective reward combination"})
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig, metadata={"doc": "GRPO variant"})
     verification: VerificationConfig = field(default_factory=VerificationConfig, metadata={"doc": "GRPO-Verif self-verification"})
+    offline: OfflineConfig = field(default_factory=OfflineConfig, metadata={"doc": "offline stages: SFT, DPO, KTO and humanline DPO / KTO"})
+    variational: VariationalConfig = field(default_factory=VariationalConfig, metadata={"doc": "variational reasoning posterior and its training rows"})
     distributed: DistributedConfig = field(default_factory=DistributedConfig, metadata={"doc": "Ray rollout workers and torchrun learners"})
     optim: OptimConfig = field(default_factory=OptimConfig, metadata={"doc": "optimizer"})
     train: TrainConfig = field(default_factory=TrainConfig, metadata={"doc": "run length"})

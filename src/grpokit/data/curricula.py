@@ -81,32 +81,79 @@ class Curriculum:
 # --- difficulty-aware augmentation (DeepVideo-R1) --------------------------------------------
 
 
-def answer_prefix_hint(row: dict, fraction: float, rng: random.Random) -> str | None:
-    """A hint revealing a leading part of ``row["answer"]`` that grows with ``fraction``.
+_DIGIT_RUN = re.compile(r"\d+")
+_ARITHMETIC_ANYWHERE = re.compile(r"(?<![\d.])(-?\d+) ([+\-*]) (-?\d+)(?![\d.])")
+_METHOD_STEPS = {  # worked method of each operator: words and the question's operands, never a computed number
+    ("+", 1): ("Start at {a}.", "Count up {b} more, one at a time."),
+    ("-", 1): ("Start at {a}.", "Count down {b}, one at a time."),
+    ("*", 1): ("{a} * {b} means {b} copies of {a} added together.", "Add the copies one at a time, keeping a running total."),
+    ("+", 2): ("Add the ones digits of {a} and {b} first.",
+               "If that sum is ten or more, keep its ones digit and carry one to the tens.",
+               "Then add the tens digits of {a} and {b}, plus any carry."),
+    ("-", 2): ("Subtract the ones digit of {b} from the ones digit of {a} first.",
+               "If it does not fit, borrow one ten from {a}.",
+               "Then subtract the tens digits, minus any borrowed ten."),
+    ("*", 2): ("Split {b} into its tens and its ones.", "Multiply {a} by each part.", "Add the two products."),
+}
+_TASK_STEPS = {
+    "sorting": ("Find the smallest of the numbers first.", "Write it down, cross it out, and repeat with the rest.",
+                "Separate the sorted numbers with commas."),
+    "countdown": ("Look for two of the numbers whose sum, difference or product gets close to the target.",
+                  "Then combine that result with the numbers that are left.",
+                  "Use every number at most once and check the value of the whole expression."),
+}
 
-    For an answer of n ≥ 2 characters (digits, for an integer) it reveals
-    ``k = clip(ceil(fraction·(n−1)), 1, n−1)`` of them, never the whole answer; a one-digit
-    integer answer gets "between 0 and 4" / "between 5 and 9". None when the row has no answer.
-    Stand-in for the paper's hint, a prefix of a reward-maximising reasoning trace [inferred].
+
+def _digits(text: str) -> str:
+    return "".join(ch for ch in text if ch.isdigit())
+
+
+def hint_leaks(hint: str, answer: Any, question: str) -> bool:
+    """True when ``hint`` reveals anything of the gold ``answer``'s digits beyond the question itself.
+
+    The rule (both parts must hold for a safe hint): (1) every number written in the hint is a
+    number of the question (no intermediate results, no leading digits, no digit counts);
+    (2) the answer's digit string D (sign and separators dropped, e.g. "42" for 42, "123" for
+    "1, 2, 3") is not a substring of the hint's digit sequence (all its digits in order, other
+    characters removed), so D cannot appear even across adjacent operands ("14 + 28" reads
+    "1428", which holds "42"). A hint is not checked against an answer without digits.
     """
-    answer = row.get("answer")
-    if answer is None or not str(answer).strip():
+    allowed = set(_DIGIT_RUN.findall(question))
+    if any(run not in allowed for run in _DIGIT_RUN.findall(hint)):
+        return True
+    gold = _digits(str(answer)) if answer is not None else ""
+    return bool(gold) and gold in _digits(hint)
+
+
+def worked_steps_hint(row: dict, fraction: float, rng: random.Random) -> str | None:
+    """A hint: the first ``k = clip(ceil(fraction·n), 1, n)`` steps of the task's worked method.
+
+    Stand-in for the paper's hint (DeepVideo-R1 §3.3: a prefix of the best reasoning trace the
+    model writes with the gold answer in view) [inferred]: a fixed n-step method per task —
+    arithmetic "a op b" (single-digit operands: counting; larger ones: column steps), sorting
+    and countdown — that grows with |ΔR| and never states a computed number, so by
+    construction it passes :func:`hint_leaks`. When the question's operands would spell the
+    answer's digits (``14 + 28`` = 42), the operands are named in words instead. None for a row
+    of another task (the curriculum counts it as ``hint_unavailable``).
+    """
+    prompt = row["prompt"]
+    match = _ARITHMETIC_ANYWHERE.search(prompt)
+    steps: tuple[str, ...] | None = None
+    operands: tuple[str, str] = ("", "")
+    if match and row.get("task", "arithmetic") == "arithmetic":
+        a, op, b = match.groups()
+        width = 1 if max(len(a.lstrip("-")), len(b.lstrip("-"))) == 1 else 2
+        steps, operands = _METHOD_STEPS[(op, width)], (a, b)
+    elif row.get("task") in _TASK_STEPS:
+        steps = _TASK_STEPS[row["task"]]
+    if steps is None:
         return None
-    text = str(answer).strip()
-    match = _INTEGER.match(text)
-    if match:
-        sign, digits = match.groups()
-        kind = "negative number" if sign else "number"
-        if len(digits) == 1:
-            lo = 0 if int(digits) < 5 else 5
-            low, high = (f"-{lo + 4}", f"-{lo}") if sign else (str(lo), str(lo + 4))
-            return f"Hint: the answer is a {kind} between {low} and {high}."
-        k = min(max(math.ceil(fraction * (len(digits) - 1)), 1), len(digits) - 1)
-        return f"Hint: the answer is a {len(digits)}-digit {kind} starting with {sign}{digits[:k]}."
-    if len(text) == 1:
-        return None
-    k = min(max(math.ceil(fraction * (len(text) - 1)), 1), len(text) - 1)
-    return f"Hint: the answer starts with '{text[:k]}'."
+    k = min(max(math.ceil(fraction * len(steps)), 1), len(steps))
+    for a, b in (operands, ("the first number", "the second number")):
+        hint = "Hint: " + " ".join(step.format(a=a, b=b) for step in steps[:k])
+        if not hint_leaks(hint, row.get("answer"), prompt):
+            return hint
+    return None
 
 
 def reword_and_distract(
@@ -140,7 +187,9 @@ class DifficultyAugmentation(Curriculum):
     last ``window`` observed samples (W = 100, a count of samples); ``R̄(x)`` is prompt x's latest
     observed group mean (or an EMA with ``prompt_ema`` = α [inferred]). When the row is drawn:
 
-    - ΔR > margin (hard): ``prompt + "\\n" + hint_builder(row, f, rng)``, f = clip(|ΔR|/r_range, 0, 1);
+    - ΔR > margin (hard): ``prompt + "\\n" + hint_builder(row, f, rng)``, f = clip(|ΔR|/r_range, 0, 1)
+      (default :func:`worked_steps_hint`); a hint that :func:`hint_leaks` the gold answer's
+      digits, from any builder, is refused (row unchanged, counted in ``hint_refused``);
     - ΔR < −margin (easy): ``perturber(row, f, rng)`` (a changed copy, same "answer");
     - otherwise, or for a prompt never observed or before ``min_buffer`` samples: unchanged.
 
@@ -171,11 +220,11 @@ class DifficultyAugmentation(Curriculum):
         self.window, self.r_range, self.margin = window, r_range, margin
         self.min_buffer, self.prompt_ema = min_buffer, prompt_ema
         self.measure_augmented = measure_augmented
-        self.hint_builder = hint_builder or answer_prefix_hint
+        self.hint_builder = hint_builder or worked_steps_hint
         self.perturber = perturber or reword_and_distract
         self.buffer: deque[float] = deque(maxlen=window)
         self.difficulty: dict[str, float] = {}  # prompt -> R̄(x)
-        self.counts = {"hinted": 0, "perturbed": 0, "unchanged": 0, "hint_unavailable": 0}
+        self.counts = {"hinted": 0, "perturbed": 0, "unchanged": 0, "hint_unavailable": 0, "hint_refused": 0}
 
     def observe(self, rows: list[dict], group_accuracy: list[float]) -> None:
         _check_lengths(rows, group_accuracy)
@@ -213,6 +262,9 @@ class DifficultyAugmentation(Curriculum):
             hint = self.hint_builder(row, fraction, rng)
             if not hint:
                 self.counts["hint_unavailable"] += 1
+                return row
+            if hint_leaks(hint, row.get("answer"), row["prompt"]):
+                self.counts["hint_refused"] += 1
                 return row
             self.counts["hinted"] += 1
             return {**row, "prompt": f"{row['prompt']}\n{hint}", SOURCE_KEY: key}

@@ -13,6 +13,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from grpokit.data.chat import is_conversation, message_problem
 from grpokit.data.tasks import TaskSplits
 
 logger = logging.getLogger(__name__)
@@ -113,6 +114,26 @@ def _missing_column(path: Path, row: dict, column: str, field: str, index: int) 
     )
 
 
+def _checked_prompt(path: Path, prompt: Any, column: str, index: int) -> Any:
+    """``prompt`` when it is a non-empty string or a valid message list; else a one-line DataError."""
+    if is_conversation(prompt):
+        problem = message_problem(prompt)
+        if problem is not None:
+            raise DataError(f"{path}: row {index}, column '{column}': the conversation {problem}")
+        return prompt
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise DataError(
+            f"{path}: empty prompt in row {index} (column '{column}'); "
+            "fill it in (a string or a list of {role, content} messages) or remove the row"
+        )
+    return prompt
+
+
+def prompt_key(prompt: Any) -> str:
+    """A hashable identity of a prompt: the string itself, or a conversation as canonical JSON."""
+    return json.dumps(prompt, sort_keys=True) if is_conversation(prompt) else prompt
+
+
 def load_rows(
     path: str,
     prompt_column: str = "prompt",
@@ -120,6 +141,10 @@ def load_rows(
     split: str | None = None,
 ) -> list[dict]:
     """Rows of a local data file as dicts with "prompt", "answer" (str) and all other columns.
+
+    A prompt is a string or, in TRL's conversational format, a list of ``{"role", "content"}``
+    messages (roles system, user, assistant, tool; see :mod:`grpokit.data.chat`); every row
+    uses the same format. A malformed message list is a DataError naming the row and message.
 
     ``prompt_column``/``answer_column`` name the source columns (config fields
     ``data.prompt_column``/``data.answer_column``); they are renamed to "prompt"/"answer".
@@ -137,11 +162,12 @@ def load_rows(
             raise _missing_column(file, source, prompt_column, "data.prompt_column", i)
         if answer_column is not None and answer_column not in source:
             raise _missing_column(file, source, answer_column, "data.answer_column", i)
-        prompt = source[prompt_column]
-        if not isinstance(prompt, str) or not prompt.strip():
+        prompt = _checked_prompt(file, source[prompt_column], prompt_column, i)
+        if rows and is_conversation(prompt) != is_conversation(rows[0]["prompt"]):
+            first = "a message list" if is_conversation(rows[0]["prompt"]) else "a string"
             raise DataError(
-                f"{file}: empty prompt in row {i} (column '{prompt_column}'); "
-                "fill it in or remove the row"
+                f"{file}: row {i} mixes prompt formats (column '{prompt_column}'; row 0 is {first}); "
+                "use one format for every row"
             )
         row: dict[str, Any] = {
             k: v for k, v in source.items() if k not in (prompt_column, answer_column)
@@ -173,7 +199,7 @@ def split_rows(rows: list[dict], heldout_fraction: float, seed: int) -> TaskSpli
         )
     unique: dict[str, dict] = {}
     for row in rows:
-        unique.setdefault(row["prompt"], row)
+        unique.setdefault(prompt_key(row["prompt"]), row)
     if len(unique) < len(rows):
         logger.info("dropped %d rows with duplicate prompts", len(rows) - len(unique))
     shuffled = list(unique.values())

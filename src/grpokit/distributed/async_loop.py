@@ -184,7 +184,7 @@ class AsyncTrainer(Trainer):
             taken.append((req, result))
             return batch, scores, metrics
 
-        batch, scores, metrics = collect_rounds(self.cfg, worker_round, self.policy.pad_id)
+        batch, scores, metrics = collect_rounds(self.cfg, worker_round, self.policy.pad_id, outcome=self.judge.name)
         if hasattr(self.sampler, "observe"):  # curricula learn each prompt's difficulty
             self._observe_groups(batch, scores)
             metrics.update(self.sampler.metrics())

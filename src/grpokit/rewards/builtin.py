@@ -14,7 +14,7 @@ import re
 import threading
 from collections import Counter
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from grpokit.data.answers import extract_answer_number, numbers_equal
 from grpokit.registry import Registry
@@ -51,22 +51,58 @@ def _after_answer_tag(text: str) -> str:
 
 @REWARDS.register("answer_match")
 def answer_match(
-    prompts: list[str], completions: list[str], answer: Sequence | None = None, **kwargs: Any
+    prompts: list[str], completions: list[str], answer: Sequence | None = None, missing_ok: bool = False,
+    **kwargs: Any,
 ) -> list[float | None]:
     """1.0 if the number extracted from the completion equals the ``answer`` column, else 0.0.
 
     Extraction: ``grpokit.data.answers.extract_answer_number`` (number after the first "=" or
     "is", else the last number); comparison within 1e-6. None where the answer is None.
+    ``missing_ok=True``: data without an ``answer`` column scores None everywhere instead of
+    raising — for a logged-only accuracy judge (weight 0) of a label-free method (TTRL, SPINE)
+    that must also run on unlabelled rows.
     """
+    if answer is None and missing_ok:
+        return [None] * len(completions)
     answers = _require("answer_match", "answer", answer, len(completions))
-    scores: list[float | None] = []
+    return [None if g is None else float(g == "correct") for g in _grades(completions, answers)]
+
+
+def _grades(completions: list[str], answers: Sequence) -> list[Optional[str]]:
+    """Per completion: 'correct', 'incorrect' (a number that differs), 'invalid' (no number), None (no answer)."""
+    grades: list[Optional[str]] = []
     for completion, gold in zip(completions, answers):
+        predicted = None if gold is None else extract_answer_number(completion)
         if gold is None:
-            scores.append(None)
-            continue
-        predicted = extract_answer_number(completion)
-        scores.append(float(predicted is not None and numbers_equal(predicted, str(gold))))
-    return scores
+            grades.append(None)
+        elif predicted is None:
+            grades.append("invalid")
+        else:
+            grades.append("correct" if numbers_equal(predicted, str(gold)) else "incorrect")
+    return grades
+
+
+@REWARDS.register("answer_tiers")
+def answer_tiers(
+    prompts: list[str],
+    completions: list[str],
+    answer: Sequence | None = None,
+    correct: float = 1.0,
+    incorrect: float = -1.0,
+    invalid: float = -1.5,
+    **kwargs: Any,
+) -> list[float | None]:
+    """Tiered solution reward: ``correct`` (+1) right answer, ``incorrect`` (−1) wrong one, ``invalid`` (−1.5) none.
+
+    GRPO-Verif's solution reward (Wang et al., "From Solving to Verifying: A Unified Objective
+    for Robust Reasoning in LLMs", arXiv 2511.15137): "no valid answer" = no number can be
+    extracted (``extract_answer_number``); otherwise compared as in ``answer_match``. The value
+    is >= 1 exactly when correct, so it also serves as the accuracy judge. None where the
+    answer is None.
+    """
+    answers = _require("answer_tiers", "answer", answer, len(completions))
+    value = {"correct": float(correct), "incorrect": float(incorrect), "invalid": float(invalid), None: None}
+    return [value[g] for g in _grades(completions, answers)]
 
 
 @REWARDS.register("math_verify")

@@ -108,7 +108,9 @@ def normalize_sum(
 
     Keeps each weight's effect where a plain sum followed by group standardisation cancels it
     (see the module docstring); also stops the objective with the largest within-group spread
-    from dominating (spec variants-a §7 optional flag, MO-GRPO/GDPO style).
+    from dominating (MO-GRPO / GDPO style). For CRPO (Clinical-R1, arXiv 2512.00601) this is a
+    departure: the paper sums the raw rewards with fixed weights (``fixed``) and standardises
+    the sum with GRPO's advantage; ``normalize_sum`` is an opt-in alternative there.
     """
     w = _check(scores, weights, "normalize_sum")
     return _weighted(scores, group_ids, w, True, std_mode, std_eps), state, _weight_metrics(w)
@@ -141,7 +143,7 @@ def hypervolume(points: torch.Tensor | Sequence[Sequence[float]], reference: Seq
 
 @dataclass
 class HypervolumeState:
-    """Pareto buffer of validation vectors and the meta-reward multiplier (spec variants-a §11.1).
+    """Pareto buffer of validation vectors and the meta-reward multiplier (arXiv 2509.11452, hypervolume-guided weighting).
 
     ``buffer [N, M]`` holds points in maximisation coordinates; row 0 is the initial model's
     validation vector, which is also the reference point. ``multiplier`` m multiplies the next
@@ -196,15 +198,23 @@ def hypervolume_combiner(
 ):
     """Hypervolume-guided reward r_i = m · Σ_k w_k s_ik, m = 0.5 + 1.5·tanh(ΔHV), user weights w fixed.
 
-    ``validation [M]``: the validation vector measured since the previous call (the first one
-    is the initial model's, which becomes the reference); it updates the Pareto buffer and m
-    before this call's reward is computed, so m from step t's validation scales step t+1's
-    rewards, as in the authors' code. ``maximize [M]`` (first call): direction per metric,
-    minimised ones are negated. Caveat (spec): with std-normalised GRPO advantages the common
-    factor m cancels (up to eps); it only changes updates for REINFORCE / RLOO / mean-only
-    (``dr_grpo``) advantages — ``normalize=True`` weights per-objective z-scores instead.
-    Paper: Lu et al., "Learning to Optimize Multi-Objective Alignment Through Dynamic Reward
-    Weighting", arXiv 2509.11452 (code: yining610/dynamic-reward-weighting).
+    ``validation [M]``: the per-objective means of a held-out validation batch, measured with
+    the weights of the previous update (the trainer's producer: greedy completions of held-out
+    prompts, ``trainer/producers.validation_means``; None = no new validation, m stays). The
+    first vector is the initial model's and becomes the reference (m = 1 for step 1); each
+    later one updates the Pareto buffer and m *before* this call's reward is computed, so m
+    from the validation after step t scales step t+1's rewards, as in the authors' code (which
+    validates after every update and multiplies the next batch's rewards). ``maximize [M]``
+    (first call): direction per metric, minimised ones are negated.
+
+    What group normalisation cancels: m is one scalar for the whole step, so with GRPO's
+    std-normalised advantage (m·R_i − m·μ)/(m·σ + ε) = (R_i − μ)/(σ + ε/m) — the meta-reward
+    is cancelled up to ε and the update is the unweighted-m one. It only changes updates for
+    advantages that do not divide by the group std: mean-only (``dr_grpo`` / ``scale: none``),
+    RLOO, REINFORCE, which scale by m; ``normalize=True`` weights per-objective z-scores
+    instead of raw scores (the weights w then survive too). Paper: Lu et al., "Learning to
+    Optimize Multi-Objective Alignment Through Dynamic Reward Weighting", arXiv 2509.11452
+    (code: yining610/dynamic-reward-weighting).
     """
     w = _check(scores, weights, "hypervolume")
     state = state if state is not None else HypervolumeState()
@@ -226,7 +236,7 @@ def hypervolume_combiner(
 
 @dataclass
 class MirrorDescentState:
-    """Simplex weights and the influence accumulated since the last update (spec variants-a §11.2)."""
+    """Simplex weights and the influence accumulated since the last update (arXiv 2509.11452, gradient-based weighting)."""
 
     weights: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64, device="cpu"))  # [K], on the simplex
     influence_sum: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64, device="cpu"))  # [K]

@@ -3,11 +3,15 @@
 Gu et al., "Clinical-R1: Empowering Large Language Models for Faithful and Comprehensive
 Reasoning with Clinical Objective Relative Policy Optimization", arXiv 2512.00601. Responses
 have the form ``<think>…</think> <answer>… \\boxed{X} …</answer>`` with ``X`` an option
-letter. Total training reward (weights ``CRPO_WEIGHTS``):
-``r = 10·r_acc + r_fmt + 0.5·r_lang + r_faith + r_comp``.
+letter. Total training reward (weights ``CRPO_WEIGHTS``), a fixed weighted sum followed by
+GRPO's group z-score, as in the paper (preset ``crpo``: combiner ``fixed``, advantage ``grpo``):
+``r = 10·r_acc + r_fmt + 0.5·r_lang + r_faith + r_comp``. Because the z-score divides by the
+group's std of r, a weight acts only through how the objectives mix within a group; the
+combiner ``normalize_sum`` (per-objective z-scores, then the weights) with a mean-only advantage
+keeps each weight's scale — a departure from the paper, available as an option.
 
 Accuracy, format and language follow the public Clinical-R1-3B reward code; faithfulness and
-comprehensiveness are [inferred] (the code has no such terms; variants-b §3):
+comprehensiveness are [inferred] (the code has no such terms):
 - ``r_faith``: the option the reasoning asserts last (e.g. "the answer is B", "B is correct",
   "the answer is <option text>") equals the boxed letter → 1, differs → 0, unknown → 0.5;
 - ``r_comp``: fraction of the options (``options`` column, else "A. …" lines of the prompt)

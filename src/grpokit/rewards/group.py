@@ -123,7 +123,7 @@ def majority_vote(
     Label-free: no ``answer`` column is read. ``a_i = extract(completion_i)`` ("number":
     ``extract_answer_number``, "last_line", or a callable ``str -> answer | None``); ``≡`` is
     ``numbers_equal`` for "number", ``==`` otherwise, or the ``equal`` callable.
-    Spec choices (variants-a §8.1): ties broken by first occurrence in the group
+    Choices: ties broken by first occurrence in the group
     (``tie_break="first"``, [inferred]; ``"skip"`` gives a tied group no label, so all 0);
     ``leave_one_out=True`` scores i against a*_{-i}, the majority of the other G-1 answers.
     [inferred] completions without an answer do not vote and score 0; a group where nobody
@@ -321,7 +321,7 @@ def dpp(
     ``relevance_fn`` (a sample reward, None → 0). An empty completion embeds to zero: gain
     log ε, relevance 0. Defaults λ_div = λ_rel = 0.5. Paper: Kazimi, Dunlop, Yanardag, "Diverse
     Video Generation with Determinantal Point Process-Guided Policy Optimization", arXiv
-    2511.20647 (spec: variants-b §5).
+    2511.20647.
     """
     if reference not in ("group", "sequential", "column"):
         raise ValueError(f"dpp: reference must be 'group', 'sequential' or 'column', got {reference!r}")

@@ -1,7 +1,7 @@
 """LLM-judge pairwise preference P(a ≻ b) read from one forward pass of a local causal LM.
 
 Pref-GRPO (Wang et al., "Pref-GRPO: Pairwise Preference Reward-based GRPO for Stable
-Text-to-Image Reinforcement Learning", arXiv 2508.20751; spec variants-a §12) scores a group by
+Text-to-Image Reinforcement Learning", arXiv 2508.20751) scores a group by
 pairwise verdicts of a judge. Here the judge is a local causal LM (default: the embedded
 SmolLM2-135M-Instruct) prompted with ``DEFAULT_TEMPLATE`` through its chat template; instead of
 sampling and parsing a verdict we read the next-token distribution right after the assistant tag

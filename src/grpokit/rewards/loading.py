@@ -52,11 +52,18 @@ def _load_module(module_name: str, spec: str) -> ModuleType:
         ) from exc
 
 
+def is_builtin(spec: str) -> bool:
+    """True when ``spec`` names a built-in reward: those read plain texts (``NamedReward.text_only``)."""
+    return spec in REWARDS
+
+
 def resolve_reward(spec: str) -> Callable:
     """The reward callable named by ``spec``.
 
     Accepted forms: a built-in name (see ``REWARDS.names()``), ``"package.module:function"``,
     or ``"path/to/file.py:function"`` (path relative to the working directory or absolute).
+    A user function is called as TRL calls a reward function (see :mod:`grpokit.rewards.scoring`),
+    so one written for TRL's GRPOTrainer runs unchanged.
     """
     if spec in REWARDS:
         return REWARDS.get(spec)

@@ -1,14 +1,30 @@
-"""Score a batch of completions with several weighted rewards."""
+"""Score a batch of completions with several weighted rewards.
+
+Rewards are called as TRL's GRPOTrainer calls them (its "Using a custom reward function"
+convention): ``fn(prompts=..., completions=..., completion_ids=..., **columns)`` with every
+dataset column as a keyword list, one entry per completion; the function returns one float (or
+None: not applicable) per completion. For conversational prompts (message lists) ``prompts``
+are the message lists and each completion is ``[{"role": "assistant", "content": text}]``;
+``completion_ids`` are the completion's tokens without padding (EOS included when sampled).
+A function that names no ``completions`` parameter is called positionally, ``fn(prompts,
+completions, **columns)`` (grpokit's earlier convention), and ``completion_ids`` reaches only
+functions that take it (by name or ``**kwargs``). Rewards marked ``text_only`` (grpokit's
+built-ins) always see plain texts: a conversation's last user message and the completion text.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
+
+from grpokit.data.chat import is_conversation, prompt_text
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +38,73 @@ class NamedReward:
     name: str
     fn: Callable
     weight: float = 1.0
+    text_only: bool = False  # True: plain texts even for conversational prompts (the built-ins)
+
+
+@dataclass
+class RewardInputs:
+    """What one reward is called with: prompts, completions and per-completion keyword columns."""
+
+    prompts: list  # [N] str, or message lists (TRL's conversational form)
+    completions: list  # [N] str, or [{"role": "assistant", "content": text}] per completion
+    columns: dict[str, list]  # dataset columns and completion_ids, each [N]
+
+    def row(self, i: int) -> "RewardInputs":
+        """The inputs of completion ``i`` alone (a batch of one)."""
+        return RewardInputs([self.prompts[i]], [self.completions[i]], {k: [v[i]] for k, v in self.columns.items()})
+
+
+def reward_views(
+    prompts: list, completions: list[str], columns: dict[str, list], completion_ids: Optional[Sequence[Sequence[int]]]
+) -> tuple[RewardInputs, RewardInputs]:
+    """(TRL's view, the text view) of one batch; the same object twice for string prompts.
+
+    A dataset column named ``completion_ids`` is replaced by the sampled tokens (TRL drops it too).
+    """
+    cols = dict(columns)
+    if completion_ids is not None:
+        cols["completion_ids"] = [list(ids) for ids in completion_ids]
+    if not any(is_conversation(p) for p in prompts):
+        same = RewardInputs(list(prompts), list(completions), cols)
+        return same, same
+    messages = [[{"role": "assistant", "content": c}] for c in completions]
+    return RewardInputs(list(prompts), messages, cols), RewardInputs([prompt_text(p) for p in prompts], list(completions), cols)
+
+
+def _signature(fn: Callable) -> tuple[set[str], bool]:
+    """(parameter names, takes ``**kwargs``) of ``fn``; an uninspectable callable takes anything."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return set(), True
+    names = {p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    return names, any(p.kind is p.VAR_KEYWORD for p in params)
+
+
+def call_reward(fn: Callable, inputs: RewardInputs, extra: dict[str, Any]) -> Any:
+    """``fn`` on ``inputs``: with keywords as TRL calls it when it names ``completions``, else positionally.
+
+    ``completion_ids`` and ``prompts`` (keyword call) are passed only when ``fn`` takes them;
+    dataset columns and ``extra`` (``group_ids``) always. An awaitable result (an ``async def``
+    reward, which TRL also accepts) is run to completion.
+    """
+    names, var_kw = _signature(fn)
+    kwargs = {**inputs.columns, **extra}
+    if "completion_ids" in kwargs and not (var_kw or "completion_ids" in names):
+        del kwargs["completion_ids"]
+    if "completions" in names:
+        if var_kw or "prompts" in names:
+            kwargs["prompts"] = inputs.prompts
+        result = fn(completions=inputs.completions, **kwargs)
+    else:
+        result = fn(inputs.prompts, inputs.completions, **kwargs)
+    if inspect.isawaitable(result):
+        result = asyncio.run(_awaited(result))
+    return result
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
 
 
 class RewardError(RuntimeError):
@@ -99,22 +182,17 @@ def _check_scores(name: str, values: object, n: int) -> list[float]:
 
 
 def _score_per_sample(
-    reward: NamedReward,
-    prompts: list[str],
-    completions: list[str],
-    columns: dict[str, list],
-    on_error: str,
-    timeout_s: Optional[float] = None,
+    reward: NamedReward, inputs: RewardInputs, on_error: str, timeout_s: Optional[float] = None,
 ) -> tuple[list[float], int]:
     """Call ``reward`` one sample at a time after a batch call raised; returns scores, failures."""
     scores: list[float] = []
     failures = 0
-    for i, (prompt, completion) in enumerate(zip(prompts, completions)):
-        sample_columns = {k: [v[i]] for k, v in columns.items()}
+    for i in range(len(inputs.completions)):
         try:
-            result = call_with_timeout(reward.name, reward.fn, ([prompt], [completion]), sample_columns, timeout_s)
+            result = call_with_timeout(reward.name, call_reward, (reward.fn, inputs.row(i), {}), {}, timeout_s)
         except Exception as exc:
             if on_error == "raise":
+                prompt = prompt_text(inputs.prompts[i])
                 raise RewardError(
                     f"reward '{reward.name}' failed on sample {i} (prompt {prompt[:60]!r}): "
                     f"{type(exc).__name__}: {exc}"
@@ -138,21 +216,19 @@ def _expand(name: str, raw: object, n: int) -> dict[str, list[float]]:
 
 def _score_one(
     reward: NamedReward,
-    prompts: list[str],
-    completions: list[str],
-    columns: dict[str, list],
+    inputs: RewardInputs,
     group_ids: Optional[list[int]],
     on_error: str,
     timeout_s: Optional[float],
 ) -> tuple[dict[str, list[float]], int]:
     """Columns of one reward and its failure count (timeouts and errors handled per ``on_error``)."""
-    n = len(completions)
-    kwargs = dict(columns)
+    n = len(inputs.completions)
+    extra: dict[str, Any] = {}
     group_level = is_group_level(reward.fn)
     if group_level:
-        kwargs["group_ids"] = list(group_ids) if group_ids is not None else [0] * n
+        extra["group_ids"] = list(group_ids) if group_ids is not None else [0] * n
     try:
-        raw = call_with_timeout(reward.name, reward.fn, (prompts, completions), kwargs, timeout_s)
+        raw = call_with_timeout(reward.name, call_reward, (reward.fn, inputs, extra), {}, timeout_s)
     except RewardTimeout:
         if on_error == "raise":
             raise
@@ -164,24 +240,27 @@ def _score_one(
                 raise RewardError(f"reward '{reward.name}' failed on the batch: {type(exc).__name__}: {exc}") from exc
             return {reward.name: [0.0] * n}, n
         logger.debug("reward '%s' raised on the batch; retrying per sample", reward.name)
-        scores, failed = _score_per_sample(reward, prompts, completions, columns, on_error, timeout_s)
+        scores, failed = _score_per_sample(reward, inputs, on_error, timeout_s)
         return {reward.name: scores}, failed
     return _expand(reward.name, raw, n), 0
 
 
 def score_completions(
     rewards: list[NamedReward],
-    prompts: list[str],
+    prompts: list,
     completions: list[str],
     columns: dict[str, list],
     on_error: str = "raise",
     group_ids: Optional[list[int]] = None,
     timeout_s: Optional[float] = None,
+    completion_ids: Optional[Sequence[Sequence[int]]] = None,
 ) -> RewardScores:
     """Score ``completions`` with every reward; total = sum_r w_r * nan_to_num(score_r, 0).
 
-    Each reward is called once with the whole batch (group-level rewards also get
-    ``group_ids``). If a sample-level reward raises, it is called per sample to find the
+    ``prompts`` are the data rows' prompts (strings or message lists), ``completions`` the
+    decoded texts and ``completion_ids`` their tokens without padding; see the module docstring
+    for how each reward is called. Each reward is called once with the whole batch
+    (group-level rewards also get ``group_ids``). If a sample-level reward raises, it is called per sample to find the
     failing sample(s): ``on_error="raise"`` raises ``RewardError`` naming the reward and sample
     index; ``on_error="zero"`` scores those samples 0.0 and counts them in ``failures``. A call
     that exceeds ``timeout_s`` is a failure of its whole batch. A reward returning a dict per
@@ -197,6 +276,9 @@ def score_completions(
     for key, values in columns.items():
         if len(values) != n:
             raise ValueError(f"column '{key}' has {len(values)} rows for {n} completions")
+    if completion_ids is not None and len(completion_ids) != n:
+        raise ValueError(f"got {len(completion_ids)} completion_ids for {n} completions")
+    trl_view, text_view = reward_views(prompts, completions, columns, completion_ids)
     names = [r.name for r in rewards]
     if len(set(names)) != len(names):
         raise ValueError(f"reward names must be unique, got {names}")
@@ -205,7 +287,8 @@ def score_completions(
     failures: dict[str, int] = {}
     total = torch.zeros(n, dtype=torch.float32, device="cpu")  # rewards are Python: the trainer moves scores
     for reward in rewards:
-        cols, failures[reward.name] = _score_one(reward, prompts, completions, columns, group_ids, on_error, timeout_s)
+        inputs = text_view if reward.text_only else trl_view
+        cols, failures[reward.name] = _score_one(reward, inputs, group_ids, on_error, timeout_s)
         for col, scores in cols.items():
             tensor = torch.tensor(scores, dtype=torch.float32, device="cpu")  # [N]
             per_reward[col] = tensor

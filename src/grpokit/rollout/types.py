@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
@@ -82,9 +83,16 @@ class RolloutBatch:
         return sub
 
     def columns(self) -> dict[str, list]:
-        """Per-row data columns (everything but the prompt) as lists, for reward functions."""
+        """Per-row data columns (everything but the prompt) as lists, for reward functions.
+
+        Plus ``completion_ids``: each row's completion tokens without padding, as TRL passes them
+        to reward functions (it replaces a data column of that name).
+        """
         keys = {k for row in self.rows for k in row if k != "prompt"}
-        return {k: [row.get(k) for row in self.rows] for k in sorted(keys)}
+        cols = {k: [row.get(k) for row in self.rows] for k in sorted(keys)}
+        ids, keep = self.completion_ids.cpu(), self.completion_mask.cpu().bool()  # one copy off an accelerator
+        cols["completion_ids"] = [row[m].tolist() for row, m in zip(ids, keep)]
+        return cols
 
 
 @dataclass
@@ -180,6 +188,40 @@ def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
         weights_version=min(b.weights_version for b in batches),
         engine=batches[0].engine,
     )
+
+
+def with_prompts(
+    batch: RolloutBatch, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, prompts: list[str], rows: list[dict[str, Any]]
+) -> RolloutBatch:
+    """The same completions under other prompts: ``prompt_ids, prompt_mask [B, P']`` (left-padded), texts and data rows."""
+    return dataclasses.replace(batch, prompt_ids=prompt_ids, prompt_mask=prompt_mask, prompts=list(prompts), rows=list(rows))
+
+
+def splice_completions(
+    batch: RolloutBatch, keep: list[int], suffixes: list[list[int]], completions: list[str], pad_id: int
+) -> tuple[RolloutBatch, torch.Tensor]:
+    """Row i's completion cut to its first ``keep[i]`` tokens, then the token ids ``suffixes[i]``.
+
+    Returns the batch (right-padded to the longest row; the appended tokens have sampling
+    log-prob 0 and count in ``completion_mask``; no entropies; nothing truncated) and
+    ``suffix_mask [B, T']``, 1 on the appended tokens. ``completions``: the new decoded texts.
+    """
+    device = batch.completion_ids.device
+    width = max([k + len(s) for k, s in zip(keep, suffixes)] + [1])
+    ids = torch.full((len(batch), width), pad_id, dtype=batch.completion_ids.dtype, device=device)
+    mask = torch.zeros((len(batch), width), dtype=batch.completion_mask.dtype, device=device)
+    suffix_mask = torch.zeros_like(mask)
+    logp = torch.zeros((len(batch), width), dtype=batch.sampling_logp.dtype, device=device)
+    for i, (k, suffix) in enumerate(zip(keep, suffixes)):
+        end = k + len(suffix)
+        ids[i, :k], logp[i, :k] = batch.completion_ids[i, :k], batch.sampling_logp[i, :k]
+        ids[i, k:end] = torch.tensor(suffix, dtype=ids.dtype, device=device)
+        mask[i, :end] = 1
+        suffix_mask[i, k:end] = 1
+    truncated = torch.zeros_like(batch.truncated)
+    out = dataclasses.replace(batch, completion_ids=ids, completion_mask=mask, sampling_logp=logp, truncated=truncated,
+                              entropy=None, completions=list(completions))
+    return out, suffix_mask
 
 
 def renumber_groups(group_ids: torch.Tensor) -> torch.Tensor:

@@ -178,6 +178,22 @@ def require_checkpoint(ckpt_root: Path) -> Path:
     return ckpt
 
 
+def model_source(text: str) -> str:
+    """A model source with a grpokit run folder resolved to its newest complete checkpoint.
+
+    ``runs/demo`` (a folder holding ``checkpoints/``) becomes ``runs/demo/checkpoints/step-N``;
+    anything else (an embedded name, a model folder, a .gguf file) is returned unchanged.
+    CheckpointError when the run folder holds no complete checkpoint.
+    """
+    root = Path(text).expanduser() / "checkpoints"
+    if not root.is_dir():
+        return text
+    ckpt, skipped = _scan(root)
+    if ckpt is None:
+        raise CheckpointError(f"'{text}' is a run folder without a complete checkpoint ({'; '.join(skipped) or 'none found'}): finish or rerun that training first")
+    return str(ckpt)
+
+
 def load_training_state(ckpt: Path, optimizer: torch.optim.Optimizer, scheduler: Any) -> dict[str, Any]:
     """Restore optimizer, scheduler and RNG from ``ckpt``; return trainer_state.json."""
     optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))

@@ -1,7 +1,8 @@
 """The reward stage's last step: several reward columns -> the one reward the advantage sees.
 
 The configured combiner is a registered function; the inputs it declares (``objective_grads``:
-per-objective policy gradients; ``validation``: per-objective means) are produced here.
+per-objective policy gradients; ``validation``: per-objective means of a held-out validation
+batch, once per learner step) are produced here.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class RewardCombination:
         self.spec = get_registry("combiner").spec(cfg.reward_combiner.name)
         self.state = new_state(self.spec)
         self.weight_of = {r.name: r.weight for r in rewards}
+        self.validated_step: int | None = None  # the learner step whose weights the last validation measured
 
     def __call__(self, scores: Any, batch: Any, trainer: Any) -> tuple[torch.Tensor, dict[str, float]]:
         """``([B] total reward, metrics)`` of ``scores`` (per-reward columns) for ``batch``."""
@@ -38,10 +40,32 @@ class RewardCombination:
         if "objective_grads" in self.spec.inputs:
             context["objective_grads"] = self._objective_grads(batch, matrix.nan_to_num(0.0), trainer)
             context["lr"] = trainer.scheduler.get_last_lr()[0]
+        metrics: dict[str, float] = {}
         if "validation" in self.spec.inputs:
-            context["validation"] = validation_means(matrix)
+            context["validation"] = self._validation(names, trainer)
+            if context["validation"] is not None:
+                metrics.update({f"combiner/validation{k}": float(v) for k, v in enumerate(context["validation"])})
         total, self.state, m = call_with(self.spec.fn, matrix, batch.group_ids, options=options, context=context)
-        return total, {k: float(v) for k, v in m.items()}
+        return total, {**{k: float(v) for k, v in m.items()}, **metrics}
+
+    def _validation(self, names: list[str], trainer: Any) -> torch.Tensor | None:
+        """``[K]`` held-out validation means with the current weights, once per learner step (else None).
+
+        Called while step t+1's rewards are combined, before its update, so the weights are those
+        after step t: the vector is the validation after step t and its multiplier scales step
+        t+1 (at step 1: the initial model, the reference). Dynamic sampling's further rounds of
+        the same step reuse it (None: the combiner keeps its multiplier). ``validation_prompts``
+        (a trainer-read option, default 16 [inferred]; 0 = all) held-out rows, the first ones.
+        """
+        if self.validated_step == trainer.step:
+            return None
+        self.validated_step = trainer.step
+        n = int(self.cfg.reward_combiner.options.get("validation_prompts", 16))
+        rows = trainer.splits.heldout if n == 0 else trainer.splits.heldout[:n]
+        return validation_means(
+            trainer.backend, rows, trainer._prompt_texts(rows), trainer.rewards, names,
+            self.cfg.rollout.max_new_tokens, timeout_s=self.cfg.train.reward_timeout_s,
+        )
 
     def _objective_grads(self, batch: Any, matrix: torch.Tensor, trainer: Any) -> torch.Tensor:
         """``[K, P]`` policy-loss gradients, one per objective's own advantage (see learner.objective_gradients)."""

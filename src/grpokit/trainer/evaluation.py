@@ -1,6 +1,8 @@
-"""Held-out evaluation: greedy (or sampled, for pass@k) accuracy with a reward as the judge."""
+"""Held-out evaluation: greedy accuracy, and with k samples per prompt mean@k and pass@k, a reward as the judge."""
 
 from __future__ import annotations
+
+import torch
 
 from grpokit.rewards import NamedReward, score_completions
 from grpokit.rollout.types import GenerationBackend, SamplingParams
@@ -17,23 +19,34 @@ def evaluate_accuracy(
     k: int = 1,
     temperature: float = 1.0,
 ) -> dict[str, float]:
-    """Accuracy (judge reward == 1) over ``rows``; with k > 1 also pass@k from k samples each.
+    """``accuracy``: greedy accuracy (judge reward >= 1) over ``rows``; k > 1 adds ``mean@k`` and ``pass@k``.
 
-    k = 1 decodes greedily. pass@k uses the unbiased estimator of Chen et al. 2021
-    (arXiv 2107.03374) with n = k samples, i.e. the fraction of prompts with any correct sample.
+    ``accuracy`` and ``completion_len`` always come from one greedy completion per prompt, whatever
+    k is. With k > 1, k completions per prompt are sampled at ``temperature``: with c_i correct
+    of k for prompt i, ``mean@k`` = (1/n) sum_i c_i / k and ``pass@k`` = (1/n) sum_i [c_i > 0],
+    the unbiased estimator of Chen et al., "Evaluating Large Language Models Trained on Code",
+    arXiv 2107.03374, at n = k samples.
     """
-    correct, any_correct, lengths = [], [], []
-    for s in range(0, len(rows), batch_size):
-        chunk_rows, chunk_prompts = rows[s : s + batch_size], prompt_texts[s : s + batch_size]
-        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, greedy=k == 1)
-        batch = backend.generate(chunk_prompts, chunk_rows, k, params)
-        scores = score_completions([judge], batch.prompts, batch.completions, batch.columns(), on_error="zero")
-        ok = (scores.per_reward[judge.name].nan_to_num(0.0) >= 1.0).float().view(-1, k)  # [n, k]
-        correct.extend(ok.mean(dim=1).tolist())  # greedy when k = 1, mean over samples otherwise
-        any_correct.extend(ok.max(dim=1).values.tolist())
-        lengths.extend(batch.completion_mask.sum(-1).tolist())
-    n = max(len(correct), 1)
-    result = {"accuracy": sum(correct) / n, "n": len(correct), "completion_len": sum(lengths) / max(len(lengths), 1)}
+    greedy, lengths = _correct(backend, rows, prompt_texts, judge, batch_size, 1, SamplingParams(max_new_tokens, greedy=True))
+    n = max(len(rows), 1)
+    result: dict[str, float] = {
+        "accuracy": float(greedy.sum()) / n, "n": len(rows), "completion_len": float(lengths.sum()) / max(len(lengths), 1),
+    }
     if k > 1:
-        result[f"pass@{k}"] = sum(any_correct) / n
+        sampled, _ = _correct(backend, rows, prompt_texts, judge, batch_size, k, SamplingParams(max_new_tokens, temperature))
+        result[f"mean@{k}"] = float(sampled.mean(dim=1).sum()) / n
+        result[f"pass@{k}"] = float(sampled.max(dim=1).values.sum()) / n
     return result
+
+
+def _correct(backend, rows, prompt_texts, judge, batch_size: int, k: int, params: SamplingParams):
+    """(``[n, k]`` 1 = the judge scored the completion correct, ``[n * k]`` completion lengths), in chunks of prompts."""
+    correct, lengths = [], []
+    for s in range(0, len(rows), batch_size):
+        batch = backend.generate(prompt_texts[s : s + batch_size], rows[s : s + batch_size], k, params)
+        scores = score_completions([judge], batch.prompts, batch.completions, batch.columns(), on_error="zero")
+        correct.append((scores.per_reward[judge.name].nan_to_num(0.0) >= 1.0).float().view(-1, k))
+        lengths.append(batch.completion_mask.sum(-1).cpu())
+    if not correct:
+        return torch.zeros(0, k), torch.zeros(0)
+    return torch.cat(correct), torch.cat(lengths)

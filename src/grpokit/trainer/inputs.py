@@ -19,7 +19,7 @@ refuses a method whose input has no producer, and any option key its function do
 | verif_mask, verif_adv | ``verification.VerificationStage`` (``verification.enabled``) |
 | constraint_kl  | ``producers.constraint_kl`` before each update after the first       |
 | objective_grads| ``producers.objective_gradients`` (per-objective policy gradients)   |
-| validation     | ``producers.validation_means`` (per-objective means)                  |
+| validation     | ``producers.validation_means``: a held-out validation batch's means   |
 | aux_logp       | a policy whose ``score`` takes a transformed condition (vision-language) |
 """
 
@@ -49,8 +49,32 @@ def _entropy(cfg: Config) -> Optional[str]:
     return None
 
 
+TEACHER_RECIPE = "train one first (`grpokit train --preset demo` writes runs/demo) and set model.teacher=runs/demo"
+
+
 def _teacher(cfg: Config) -> Optional[str]:
-    return None if cfg.model.teacher else "set model.teacher to a model that shares the policy's tokenizer (e.g. a checkpoint folder)"
+    """A teacher that exists and is not the student's own starting weights (that would distil nothing)."""
+    from pathlib import Path
+
+    from grpokit.model.loading import EMBEDDED_MODELS
+    from grpokit.trainer.checkpoint import CheckpointError, model_source
+
+    teacher = cfg.model.teacher
+    if not teacher:
+        return f"set model.teacher to a model that shares the policy's tokenizer: {TEACHER_RECIPE}"
+    if teacher not in EMBEDDED_MODELS and not Path(teacher).expanduser().exists():
+        return f"model.teacher '{teacher}' does not exist: {TEACHER_RECIPE}"
+    try:
+        source = model_source(teacher)
+    except CheckpointError as exc:
+        return f"model.teacher: {exc}"
+    same = source == cfg.model.name or (
+        Path(source).expanduser().exists() and Path(cfg.model.name).expanduser().exists()
+        and Path(source).expanduser().resolve() == Path(cfg.model.name).expanduser().resolve()
+    )
+    if same:
+        return f"model.teacher '{teacher}' is the policy's own starting model (model.name), so the teacher equals the student: {TEACHER_RECIPE}"
+    return None
 
 
 def _plan(cfg: Config) -> Optional[str]:
@@ -61,6 +85,13 @@ def _plan(cfg: Config) -> Optional[str]:
 
 def _verification(cfg: Config) -> Optional[str]:
     return None if cfg.verification.enabled else "set verification.enabled=true (one self-verification per solution)"
+
+
+def _heldout(cfg: Config) -> Optional[str]:
+    d = cfg.data
+    if d.heldout_path or (d.path and d.heldout_fraction > 0) or (not d.path and d.task and d.n_heldout > 0):
+        return None
+    return "its validation batch is drawn from the held-out rows: set data.n_heldout > 0, data.heldout_fraction > 0 or data.heldout_path"
 
 
 def _aux(cfg: Config) -> Optional[str]:
@@ -74,7 +105,7 @@ MISSING: dict[str, Missing] = {
     "group_ids": _always, "rewards": _always, "completion_ids": _always, "domains": _always,
     "entropy": _entropy, "old_logp": _always, "ref_logp": _always, "behaviour_logp": _always,
     "teacher_logp": _teacher, "plan_mask": _plan, "verif_mask": _verification, "verif_adv": _verification,
-    "constraint_kl": _always, "objective_grads": _always, "validation": _always, "aux_logp": _aux,
+    "constraint_kl": _always, "objective_grads": _always, "validation": _heldout, "aux_logp": _aux,
 }
 
 
@@ -101,8 +132,8 @@ def chosen_methods(cfg: Config) -> list[tuple[str, str, str, dict]]:
     return methods
 
 
-# Option keys read by the trainer itself (the producer of objective_grads), not by the registered function.
-TRAINER_OPTIONS = {"combiner": ("grad_param_pattern", "grad_micro_batches")}
+# Option keys read by the trainer itself (the producers of objective_grads / validation), not by the registered function.
+TRAINER_OPTIONS = {"combiner": ("grad_param_pattern", "grad_micro_batches", "validation_prompts")}
 
 
 def check_run(cfg: Config) -> None:
@@ -124,6 +155,12 @@ def check_run(cfg: Config) -> None:
             registry.check_options(name, own, option_field)
         except ValueError as exc:
             raise RunContractError(str(exc)) from None
+    if cfg.variational.enabled:
+        from grpokit.trainer.variational import config_problem
+
+        problem = config_problem(cfg)
+        if problem is not None:
+            raise RunContractError(problem)
     if get_registry("loss").spec(cfg.algorithm.loss).groupwise and cfg.train.micro_batch_size % cfg.rollout.group_size:
         raise RunContractError(
             f"algorithm.loss '{cfg.algorithm.loss}' needs whole groups per micro-batch: make train.micro_batch_size "
@@ -133,12 +170,34 @@ def check_run(cfg: Config) -> None:
 
 def check_data(cfg: Config, rows: list[dict]) -> None:
     """Refuse, in one line, a method whose input comes from a data column the training rows lack."""
+    if cfg.variational.enabled and rows and any(row.get("answer") is None for row in rows):
+        missing = sum(row.get("answer") is None for row in rows)
+        raise RunContractError(
+            f"variational.enabled needs the reference answer of every training row (its posterior is prompted with it): "
+            f"{missing} of {len(rows)} rows have no 'answer' (set data.answer_column to the column that holds it)"
+        )
     if "domains" in needed_inputs(cfg) and rows and any(row.get("domain") is None for row in rows):
         missing = sum(row.get("domain") is None for row in rows)
         raise RunContractError(
             f"algorithm.advantage '{cfg.algorithm.advantage}' needs input 'domains', which this run does not produce: "
             f"{missing} of {len(rows)} training rows have no 'domain' column (add one, e.g. a domain per task)"
         )
+
+
+def check_tokenizer(cfg: Config, tokenizer) -> None:
+    """Refuse, in one line, a plan delimiter the policy's tokenizer cannot write (it would never occur in samples).
+
+    Whether it does occur is known only once completions exist: the span stage refuses a
+    delimiter found in none of step 1's completions, before the first update.
+    """
+    delimiter = cfg.algorithm.plan_delimiter
+    if delimiter and "plan_mask" in needed_inputs(cfg):
+        written = tokenizer.decode(tokenizer(f"x {delimiter} y", add_special_tokens=False).input_ids)
+        if delimiter not in written:
+            raise RunContractError(
+                f"algorithm.plan_delimiter {delimiter!r} cannot be written by the policy's tokenizer "
+                f"(it encodes and decodes as {written!r}): choose text the model can produce"
+            )
 
 
 def needed_inputs(cfg: Config) -> set[str]:

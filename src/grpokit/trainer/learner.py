@@ -38,6 +38,7 @@ class Objective:
     correction: Optional[Callable] = None  # off-policy correction weight of the policy-gradient term
     correction_options: Optional[dict] = None
     loss_inputs: tuple = ()  # the inputs the policy loss declares: a None among them is an error, never a fallback
+    kl_scope: str = "weighted"  # how token weights meet the KL term: the token weighting's declared kl_scope
 
     @classmethod
     def from_config(cls, cfg, policy_loss: Callable) -> "Objective":
@@ -58,6 +59,7 @@ class Objective:
             max_len=cfg.rollout.max_new_tokens,
             correction_options=dict(algo.correction_options),
             loss_inputs=get_registry("loss").spec(algo.loss).inputs,
+            kl_scope=get_registry("token_weights").spec(algo.token_weights).kl_scope,
         )
 
 
@@ -163,7 +165,8 @@ def _micro_batch(policy, rows, mb, lb: LearnBatch, objective: Objective, num_seq
         inp, policy_loss=objective.policy_loss, aggregate=objective.aggregate, kl_estimator=objective.kl_estimator,
         beta=objective.beta, loss_options=objective.loss_options, num_seqs=num_seqs, num_tokens=num_tokens,
         max_len=objective.max_len, kl_options=objective.kl_options, entropy_coef=objective.entropy_coef,
-        token_weights=weights, correction=objective.correction, correction_options=objective.correction_options,
+        token_weights=weights, kl_scope=objective.kl_scope, num_selected=total_forks,
+        correction=objective.correction, correction_options=objective.correction_options,
     )
     if objective.entropy_band_coef > 0 and fwd.entropy is not None and weights is not None:
         band, band_metrics = _entropy_band(fwd.entropy, weights * mask, objective, total_forks)

@@ -6,7 +6,10 @@ aggregation, KL estimator and off-policy correction are registry names; mu =
 recomputed once before the first update when mu > 1, and are the detached current log-probs when
 mu = 1, where the ratio is exactly 1). The loop names no method: what a method reads is declared
 in its registration and produced by ``trainer/producers.py``; stages that reshape a step's batch
-are listed by ``setup.batch_stages`` from the config.
+are listed by ``setup.batch_stages`` from the config, hooks that run right before every optimizer
+update by ``setup.update_hooks``. A batch with no loss unit left (every row masked out) takes no
+optimizer update and no scheduler step; a batch whose rows all have advantage 0 still takes one,
+as in DeepSeekMath GRPO / TRL (AdamW's momentum and weight decay move the weights).
 """
 
 from __future__ import annotations
@@ -30,11 +33,11 @@ from grpokit.trainer import setup
 from grpokit.trainer.collect import collect_batch
 from grpokit.trainer.combine import RewardCombination
 from grpokit.trainer.evaluation import evaluate_accuracy
-from grpokit.trainer.inputs import check_data, check_run, needed_inputs
+from grpokit.trainer.inputs import check_data, check_run, check_tokenizer, needed_inputs
 from grpokit.trainer.learn_batch import LearnBatch
 from grpokit.trainer.learner import Objective, accumulate_gradients, rows_with_gradient
 from grpokit.trainer.memory import allocate_gradients, release_free_memory, tune_malloc
-from grpokit.trainer.metrics import RunLogger, reward_metrics, sample_records
+from grpokit.trainer.metrics import RunLogger, reward_metrics, rollout_entropy, sample_records
 from grpokit.trainer.producers import constraint_kl, score_inputs
 from grpokit.trainer.progress import StepProgress
 
@@ -45,6 +48,8 @@ class Trainer:
     """Wires the stages of a run; holds no algorithm logic of its own."""
 
     def __init__(self, cfg: Config, model: Optional[torch.nn.Module] = None, tokenizer: Any = None) -> None:
+        if cfg.stage != "grpo":
+            raise ValueError(f"stage '{cfg.stage}' trains offline: use grpokit.trainer.offline.OfflineTrainer (grpokit train picks it)")
         check_run(cfg)  # a method without its inputs, or an unknown option key: one line, before anything loads
         tune_malloc(device=setup.check_device(cfg))  # model.device / model.dtype this machine lacks: one line
         self.cfg = cfg
@@ -64,6 +69,7 @@ class Trainer:
             model = apply_lora(model, cfg.model.lora)
         model = setup.place_policy(model, cfg)
         self.model, self.tokenizer = model, tokenizer
+        check_tokenizer(cfg, tokenizer)  # a plan delimiter the tokenizer cannot write: one line, before training
         self.learners = init_learners(cfg.distributed, self.model)  # torchrun: rank, world size; else 1 process
         algo = cfg.algorithm
         self.needs = needed_inputs(cfg)
@@ -84,9 +90,10 @@ class Trainer:
         self.token_weights_fn = get_registry("token_weights").get(algo.token_weights)
         self.objective = Objective.from_config(cfg, self.loss_spec.fn)
         self.stages = setup.batch_stages(cfg)
+        self.update_hooks = setup.update_hooks(cfg)  # run right before every optimizer update
         self.step = 0
         self._step_start = None
-        self.logger = RunLogger(self.run_dir, tensorboard=cfg.logging.tensorboard) if self.learners.is_main else SilentLogger()
+        self.logger = RunLogger.for_run(self.run_dir, cfg) if self.learners.is_main else SilentLogger()
 
     # ------------------------------------------------------------------ setup helpers
     @property
@@ -99,11 +106,12 @@ class Trainer:
         return self.combiner.state
 
     def _stateful(self) -> dict[str, Any]:
-        """Algorithm parts with state that checkpoints must carry (advantage history, curricula, combiners)."""
+        """Algorithm parts with state that checkpoints must carry (advantage history, curricula, combiners, a synced reference)."""
         parts = {
             "advantage_state": self.advantage_state,
             "curriculum": getattr(self.sampler, "curriculum", None),
             "combiner_state": self.combiner.state,
+            "reference": self.policy.reference if self.cfg.algorithm.ref_sync_every else None,  # it follows the policy
         }
         return {k: v for k, v in parts.items() if v is not None}
 
@@ -134,6 +142,7 @@ class Trainer:
             **adv_metrics,
             **metrics,
             **self.policy.sampler_metrics(),
+            **rollout_entropy(batch),
             **learn,
             "lr": self.scheduler.get_last_lr()[0],
             "completion_len/mean": gen_tokens / len(batch),
@@ -152,7 +161,7 @@ class Trainer:
         """(batch, scores, metrics) of one step: sample, score, and let a curriculum observe the groups."""
         batch, scores, metrics = collect_batch(
             self.cfg, self.policy, self.sampler, self._prompt_texts, self.rewards, self.policy.pad_id,
-            combine=lambda s, b: self.combiner(s, b, self),
+            combine=lambda s, b: self.combiner(s, b, self), outcome=self.judge.name,
         )
         if hasattr(self.sampler, "observe"):  # curricula learn each prompt's difficulty
             self._observe_groups(batch, scores)
@@ -175,8 +184,16 @@ class Trainer:
         return lb, {k: float(v) for k, v in {**adv_metrics, **weight_metrics}.items()}
 
     def _learn(self, lb: LearnBatch) -> dict[str, float]:
-        """mu optimizer steps on one batch: scored inputs (old / reference / teacher), then the objective."""
+        """mu optimizer steps on one batch: scored inputs (old / reference / teacher), then the objective.
+
+        A batch without a single loss unit (every row taken out of the loss, e.g. by a filter that
+        found nothing to learn from) has nothing to learn: no forward, no optimizer update, no
+        scheduler step (``learn/updates`` = 0). The step still counts towards ``train.steps``; the
+        learning-rate schedule counts optimizer updates.
+        """
         algo = self.cfg.algorithm
+        if not bool(lb.mask.any()):
+            return {"learn/updates": 0.0}
         self.model.train()
         keep = self._rows_with_gradient(lb)
         parts = self.learners.parts(lb.rollout, self.cfg.train.micro_batch_size, keep)  # all of it, or this rank's whole groups
@@ -195,7 +212,11 @@ class Trainer:
             allocate_gradients(list(self.policy.trainable_parameters()))
             learn = accumulate_gradients(self.policy, parts, lb, self.objective)
             learn = self.learners.reduce_metrics(learn, parts, lb.mask)
+            stale = [name for hook in self.update_hooks for name in hook(self, self.updates + 1)]  # pre-update weights
             learn["grad_norm"] = self._optimizer_step()
+            if stale and iteration + 1 < algo.num_iterations:  # a role moved: the batch's next update reads it anew
+                score_inputs(self.policy, lb, parts, [n for n in stale if n in self.needs])
+        learn["learn/updates"] = float(algo.num_iterations)
         if keep is not None:
             learn["learn/skipped_rows"] = 1.0 - float(keep.float().mean())
         return {**learn, **correction_metrics}
@@ -208,6 +229,11 @@ class Trainer:
         if self.needs_ref or algo.beta > 0 or algo.entropy_coef > 0 or algo.entropy_band_coef > 0 or "teacher_logp" in self.needs:
             return None  # a KL, entropy or distillation term has a gradient on every row
         return None if self.learners.distributed else rows_with_gradient(lb.adv, lb.mask, lb.token_weights)
+
+    @property
+    def updates(self) -> int:
+        """Optimizer updates applied so far: the scheduler steps once per update and is checkpointed with it."""
+        return self.scheduler.last_epoch
 
     def advantages(self, rewards: torch.Tensor, group_ids: torch.Tensor, **inputs: Any):
         """(adv [B], metrics) from the configured estimator and its options."""

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from grpokit.policies.base import Policy
-from grpokit.rollout.types import RolloutBatch
+from grpokit.rollout.types import RolloutBatch, SamplingParams
 from grpokit.trainer.learn_batch import LearnBatch
 from grpokit.trainer.spans import span_mask_through_text
 
@@ -59,6 +59,28 @@ def plan_mask(tokenizer: Any, lb: LearnBatch, delimiter: str, first_step: bool) 
     lb.plan_mask = spans[:, : lb.mask.shape[1]] * lb.mask
 
 
-def validation_means(matrix: torch.Tensor) -> torch.Tensor:
-    """``[K]`` per-objective means of the batch's reward columns (an online validation vector) [inferred]."""
-    return matrix.nan_to_num(0.0).mean(0)
+def validation_means(
+    backend: Any, rows: list[dict], prompt_texts: list[str], rewards: list, names: list[str], max_new_tokens: int,
+    timeout_s: float = 0.0,
+) -> torch.Tensor:
+    """``[K]`` per-objective means over a held-out validation batch, in the column order ``names``.
+
+    One greedy completion per held-out row with the current weights (the authors' validation
+    uses greedy decoding, one sample per prompt), scored by every reward of the run; a column's
+    NaN (not applicable) entries are left out of its mean, an all-NaN column is 0. This is the
+    performance vector p_t of hypervolume-guided weighting (arXiv 2509.11452), measured on
+    prompts the policy never trains on.
+    """
+    from grpokit.rewards import score_completions  # lazy: the reward registry imports the reward models
+
+    batch = backend.generate(prompt_texts, rows, 1, SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
+    scores = score_completions(
+        rewards, batch.prompts, batch.completions, batch.columns(), on_error="zero",
+        group_ids=list(range(len(rows))), timeout_s=timeout_s,
+    )
+    means = []
+    for name in names:
+        column = scores.per_reward[name].to(torch.float64)  # [n]
+        valid = column[~column.isnan()]
+        means.append(float(valid.mean()) if valid.numel() else 0.0)
+    return torch.tensor(means, dtype=torch.float64, device="cpu")  # a few numbers: the Pareto buffer lives on CPU

@@ -29,7 +29,10 @@ class StepProgress:
         self.progress.__exit__(*exc)
 
     def update(self, step: int, m: dict[str, float]) -> None:
-        stats = f"reward {m.get('reward/mean', 0):.3f} acc {m.get('accuracy', 0):.2f}"
+        if "reward/mean" in m or "loss" not in m:
+            stats = f"reward {m.get('reward/mean', 0):.3f} acc {m.get('accuracy', 0):.2f}"
+        else:  # an offline stage: its loss and, for preferences, the implicit-reward margin
+            stats = f"loss {m['loss']:.4f}" + (f" margin {m['rewards/margins']:.3f}" if "rewards/margins" in m else "")
         if "kl" in m:
             stats += f" kl {m['kl']:.4f}"
         stats += f" {m.get('time/step_s', 0):.1f}s/step"

@@ -5,7 +5,8 @@ Inputs, all inside ``run_dir``:
 - ``metrics.jsonl``: one object per training step with ``step`` and ``reward/mean``; optional
   ``reward/<name>/mean``, ``kl``, ``completion_len/mean``, ``time/step_s``, ``time/elapsed_s``.
 - ``eval.jsonl`` (optional): objects with ``step``, ``accuracy`` (a fraction in [0, 1]), ``n``,
-  ``split`` (e.g. ``"heldout"``) and optionally ``label`` (``"before"`` / ``"after"``).
+  ``split`` (e.g. ``"heldout"``) and optionally ``label`` (``"before"`` / ``"during"`` /
+  ``"after"``; ``"during"`` = the mid-run evaluations of ``eval.every``).
 - ``config.yaml`` (optional): copied into the report verbatim.
 
 Outputs: ``report.md``, ``plots/reward.png`` and, when there are evaluations,
@@ -93,6 +94,8 @@ def render_markdown(
     lines = [f"# GRPO run report: {name}", ""]
     if evals:
         lines += ["## Accuracy before and after training", "", *accuracy_table(evals), ""]
+        if any(e.get("label") == "during" for e in evals):
+            lines += ["### Every evaluation", "", *evaluation_table(evals), ""]
     lines += ["## Training", "", *training_summary(metrics), ""]
     if images:
         lines += ["## Plots", ""]
@@ -117,6 +120,32 @@ def accuracy_table(evals: list[Record]) -> list[str]:
         after_cell = _accuracy_cell(after) if after is not before else "—"
         rows.append(f"| {split} | {_accuracy_cell(before)} | {after_cell} | {change} |")
     return rows
+
+
+def evaluation_table(evals: list[Record]) -> list[str]:
+    """One row per evaluation point of each split (before, the mid-run ones, after), by step."""
+    rows = ["| split | step | label | accuracy | n |", "|---|---|---|---|---|"]
+    for split in _splits(evals):
+        for e in accuracy_curve(evals, split):
+            n = e.get("n")
+            rows.append(
+                f"| {split} | {e.get('step', 0)} | {e.get('label', '')} | {100 * e['accuracy']:.1f}% | {'' if n is None else n} |"
+            )
+    return rows
+
+
+def accuracy_curve(evals: list[Record], split: str) -> list[Record]:
+    """The evaluations of ``split`` ordered by step, one per step (the one logged last wins).
+
+    A run stopped by its time budget right after a mid-run evaluation evaluates the same weights
+    again as "after"; the curve keeps that "after" point only.
+    """
+    by_step: dict[Any, Record] = {}
+    for e in evals:
+        if str(e.get("split", HELDOUT)) == split:
+            by_step.pop(e.get("step", 0), None)
+            by_step[e.get("step", 0)] = e
+    return sorted(by_step.values(), key=lambda e: e.get("step", 0))
 
 
 def before_after(evals: list[Record]) -> tuple[Record, Record]:
@@ -198,24 +227,33 @@ def plot_reward(metrics: list[Record], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
-def plot_accuracy(evals: list[Record], path: Path) -> None:
-    """Accuracy (%) vs step, one line per split."""
+def plot_accuracy(evals: list[Record], path: Path) -> dict[str, list[Record]]:
+    """Accuracy (%) vs step, one line per split through every evaluation; returns the plotted points.
+
+    Mid-run ("during") evaluations are points on the curve like before and after; before and
+    after are drawn larger, and each held-out point is annotated with its value.
+    """
     fig, ax = _figure()
+    plotted: dict[str, list[Record]] = {}
     for split in _splits(evals):
-        rows = sorted(
-            (e for e in evals if str(e.get("split", HELDOUT)) == split),
-            key=lambda e: e.get("step", 0),
-        )
+        rows = plotted[split] = accuracy_curve(evals, split)
         xs = [e.get("step", 0) for e in rows]
         ys = [100 * e["accuracy"] for e in rows]
-        ax.plot(xs, ys, marker="o", linewidth=2 if split == HELDOUT else 1, label=split)
+        (line,) = ax.plot(xs, ys, marker="o", linewidth=2 if split == HELDOUT else 1, label=split)
+        ends = [(x, y) for x, y, e in zip(xs, ys, rows) if e.get("label") in ("before", "after")]
+        if ends:
+            ax.plot(*zip(*ends), linestyle="none", marker="s", markersize=9, color=line.get_color())
+        if split == HELDOUT:
+            for x, y in zip(xs, ys):
+                ax.annotate(f"{y:.0f}%", (x, y), textcoords="offset points", xytext=(0, 7), ha="center", fontsize="x-small")
     ax.set_xlabel("step")
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(0, 100)
-    ax.set_title("Accuracy")
+    ax.set_title("Held-out accuracy (squares: before / after training; dots: during)")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize="small")
     fig.savefig(path, dpi=100)
+    return plotted
 
 
 def moving_average_window(n: int) -> int:

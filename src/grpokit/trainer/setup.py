@@ -16,6 +16,7 @@ from grpokit.data.chat import render_prompt
 from grpokit.data.files import load_rows, split_rows
 from grpokit.data.tasks import TASKS, TaskSplits
 from grpokit.rewards import NamedReward, resolve_reward
+from grpokit.rewards.loading import is_builtin
 
 
 def seed_everything(seed: int) -> None:
@@ -58,7 +59,7 @@ def build_rewards(cfgs: list[RewardConfig]) -> list[NamedReward]:
         seen[base] = seen.get(base, 0) + 1
         name = base if seen[base] == 1 else f"{base}_{seen[base]}"
         bound = functools.partial(fn, **rc.kwargs) if rc.kwargs else fn
-        out.append(NamedReward(name=name, fn=bound, weight=rc.weight))
+        out.append(NamedReward(name=name, fn=bound, weight=rc.weight, text_only=is_builtin(rc.name)))
     return out
 
 
@@ -120,8 +121,10 @@ def teacher_model(cfg: Config, tokenizer: Any) -> torch.nn.Module:
     if not cfg.model.teacher:
         raise ValueError(f"algorithm.loss '{cfg.algorithm.loss}' needs a teacher: set model.teacher")
     from grpokit.model.loading import load_model
+    from grpokit.trainer.checkpoint import model_source
 
-    teacher, tok = load_model(cfg.model.teacher, dtype=cfg.model.dtype, device=check_device(cfg))  # follows the policy
+    source = model_source(cfg.model.teacher)  # a run folder: its newest complete checkpoint
+    teacher, tok = load_model(source, dtype=cfg.model.dtype, device=check_device(cfg))  # follows the policy
     if tok.get_vocab() != tokenizer.get_vocab():
         raise ValueError(f"model.teacher '{cfg.model.teacher}' has a different tokenizer from the policy")
     for p in teacher.parameters():
@@ -197,16 +200,32 @@ def filter_train_rows(cfg: Config, trainer: Any) -> list[dict]:
 
 def batch_stages(cfg: Config) -> list:
     """The stages that reshape or annotate a step's LearnBatch, in order, as the config enables them."""
-    from grpokit.trainer.stages import PlanSpans, ReferenceSync, SelfVerification
+    from grpokit.trainer.collect import InformativeGroups
+    from grpokit.trainer.stages import PlanSpans, SelfVerification
 
     stages: list = []
+    if cfg.variational.enabled:  # first: it appends rows that the stages below see
+        from grpokit.trainer.variational import VariationalPosterior
+
+        stages.append(VariationalPosterior(cfg.variational))
     if cfg.verification.enabled:
         stages.append(SelfVerification())
+    if cfg.algorithm.dynamic_sampling:  # after SelfVerification, which rebuilds the loss mask
+        stages.append(InformativeGroups())
     if cfg.algorithm.plan_delimiter:
         stages.append(PlanSpans(cfg.algorithm.plan_delimiter))
-    if cfg.algorithm.ref_sync_every:
-        stages.append(ReferenceSync(cfg.algorithm.ref_sync_every))
     return stages
+
+
+def update_hooks(cfg: Config) -> list:
+    """Hooks run right before every optimizer update, as the config enables them (a reference that follows the policy).
+
+    Each is ``hook(trainer, update) -> list of scored input names it made stale``; ``update`` is
+    the 1-based index of the update about to be applied.
+    """
+    from grpokit.trainer.stages import ReferenceSync
+
+    return [ReferenceSync(cfg.algorithm.ref_sync_every)] if cfg.algorithm.ref_sync_every else []
 
 
 def correction_for(cfg: Config, batch: Any, step: int) -> tuple[Any, dict[str, float]]:

@@ -1,8 +1,9 @@
 """Stages that reshape or annotate a step's LearnBatch, enabled by config (``setup.batch_stages``).
 
 Each stage is ``stage(trainer, lb, scores) -> (lb, metrics)`` and produces the inputs that the
-methods needing them declare (``verif_mask``/``verif_adv``, ``plan_mask``) or keeps a role of the
-policy in step (a reference that follows the policy).
+methods needing them declare (``verif_mask``/``verif_adv``, ``plan_mask``). :class:`ReferenceSync`
+is an update hook instead (``setup.update_hooks``): it keeps a role of the policy in step with
+the optimizer updates (a reference that follows the policy).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 import torch
 
+from grpokit.algos.losses_extra import humanline_should_sync
 from grpokit.trainer.learn_batch import LearnBatch
 from grpokit.trainer.producers import plan_mask
 from grpokit.trainer.verification import verification_step
@@ -48,12 +50,25 @@ class PlanSpans:
 
 
 class ReferenceSync:
-    """Reference <- the pre-update policy every ``every`` steps (a reference that follows the policy)."""
+    """Update hook (``setup.update_hooks``): humanline syncing, pi_ref <- the pre-update policy every k updates.
+
+    Liu, Muennighoff, Ethayarajh, "Humanline: Online Alignment as Perceptual Loss", arXiv
+    2509.24207 (humanline syncing; open-r1-humanline's ``SyncRefModelCallback``): the weights
+    captured before optimizer update n are loaded into the reference after update n when
+    ``n % k == 0`` (:func:`~grpokit.algos.losses_extra.humanline_should_sync`), so right after a
+    sync the reference lags the policy by one update. k counts optimizer updates, so with mu =
+    ``algorithm.num_iterations`` > 1 updates per batch the reference moves inside a batch, and the
+    trainer rescores ``ref_logp`` before the batch's next update (the paper recomputes the
+    reference log-probs in every loss). Copying right before the update is the same thing: the
+    reference is not read again before the update is applied.
+    """
 
     def __init__(self, every: int) -> None:
         self.every = every
 
-    def __call__(self, trainer: Any, lb: LearnBatch, scores: Any) -> tuple[LearnBatch, dict[str, float]]:
-        if trainer.step % self.every == 0:
-            trainer.policy.sync_reference()
-        return lb, {}
+    def __call__(self, trainer: Any, update: int) -> list[str]:
+        """Sync before 1-based optimizer update ``update`` if it is a sync update; the inputs made stale."""
+        if not humanline_should_sync(update, self.every):
+            return []
+        trainer.policy.sync_reference()
+        return ["ref_logp"]

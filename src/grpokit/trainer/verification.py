@@ -3,10 +3,12 @@
 For every sampled solution y_i of question q, one verification v_i ~ pi(. | q, y_i) is sampled
 from a verification prompt. Its reward is +1 when the verdict matches the solution's
 correctness (the run's accuracy judge), -1 when it does not, -1.5 without a valid verdict
-(spec variants-a §10). Verification advantages are standardised over the n verifications of the
+(the paper's reward tiers). Verification advantages are standardised over the n verifications of the
 same question, independently of the solution advantages. The verification rows are appended
 to the batch with ``verif_mask`` = their completion mask, which the ``grpo_verif`` loss weighs
 by alpha; the batch normaliser stays the number of solutions, so the objective is exact.
+Solutions are scored by the run's rewards: the ``grpo_verif`` preset uses ``answer_tiers`` (+1
+correct, -1 incorrect, -1.5 no valid answer), whose value >= 1 is also the correctness read here.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def parse_verdict(text: str) -> bool | None:
 
 
 def verification_rewards(verdicts: list[bool | None], correct: list[bool]) -> torch.Tensor:
-    """``[B]``: +1 verdict matches correctness, -1 it does not, -1.5 no valid verdict (spec §10)."""
+    """``[B]``: +1 verdict matches correctness, -1 it does not, -1.5 no valid verdict (arXiv 2511.15137)."""
     out = [(-1.5 if v is None else (1.0 if v == c else -1.0)) for v, c in zip(verdicts, correct)]
     return torch.tensor(out, dtype=torch.float32, device="cpu")  # rewards live on the CPU, like every reward column
 

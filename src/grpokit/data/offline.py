@@ -1,0 +1,169 @@
+"""Datasets of the offline stages in TRL's formats, checked at load and tokenized once.
+
+| stage | columns (TRL's name of the format)                       | one example                         |
+|-------|----------------------------------------------------------|-------------------------------------|
+| sft   | prompt, completion ("prompt-completion")                 | one completion                      |
+| dpo   | prompt, chosen, rejected ("preference", explicit prompt) | a chosen and a rejected completion  |
+| kto   | prompt, completion, label ("unpaired preference")        | one completion, desirable or not    |
+
+A prompt is a string (the user message, rendered with ``data.system_prompt`` through the chat
+template exactly as GRPO prompts are: :func:`grpokit.data.chat.render_prompt`) or a
+conversational list of ``{role, content}`` messages. A completion is a string, to which the
+sampler's stop token (EOS) is appended as TRL appends ``eos_token``, or a list of messages
+(conversational): then it is the text the chat template renders after the prompt for
+``prompt + completion``, as TRL's ``apply_chat_template`` splits it. ``kto`` also takes a
+preference dataset and unpairs it as TRL does (chosen -> label true, rejected -> label false).
+Other columns stay with the row (``data.answer_column`` becomes ``answer`` for held-out accuracy).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from grpokit.config.schema import DataConfig
+from grpokit.data.chat import is_conversation, message_problem, render_prompt
+from grpokit.data.files import DataError, load_rows, prompt_key
+from grpokit.data.tasks import TaskSplits
+
+STAGE_COLUMNS = {"sft": ("completion",), "dpo": ("chosen", "rejected"), "kto": ("completion", "label")}
+STAGE_FORMATS = {
+    "sft": "TRL's prompt-completion format {prompt, completion}",
+    "dpo": "TRL's preference format {prompt, chosen, rejected}",
+    "kto": "TRL's unpaired preference format {prompt, completion, label} (or a preference dataset {prompt, chosen, rejected})",
+}
+
+
+@dataclass
+class Example:
+    """One tokenized training unit: a prompt and its completion(s).
+
+    completions: [completion] (sft, kto) or [chosen, rejected] (dpo), each a list of token ids
+    label: desirable (kto); None otherwise. row: the data row (answer and other columns).
+    """
+
+    prompt_ids: list[int]
+    completions: list[list[int]]
+    label: Optional[bool] = None
+    row: dict[str, Any] = field(default_factory=dict)
+    key: str = ""  # the prompt's identity (rows with equal keys share one prompt forward)
+
+
+def load_offline_splits(cfg: DataConfig, stage: str) -> TaskSplits:
+    """Train and held-out rows of ``data.path`` (and ``data.heldout_path``) for ``stage``, checked.
+
+    Without a held-out file, whole prompts are held out (``data.heldout_fraction``, seeded), so
+    a prompt's rows (a KTO prompt with a desirable and an undesirable completion) stay together.
+    """
+    if not cfg.path:
+        raise DataError(f"stage '{stage}' trains on a dataset file: set data.path to a .jsonl/.json/.csv/.parquet file in {STAGE_FORMATS[stage]}")
+    rows = _load(cfg.path, cfg, stage)
+    if cfg.heldout_path:
+        return TaskSplits(train=rows, heldout=_load(cfg.heldout_path, cfg, stage))
+    return split_by_prompt(rows, cfg.heldout_fraction, cfg.seed)
+
+
+def _load(path: str, cfg: DataConfig, stage: str) -> list[dict]:
+    rows = load_rows(path, cfg.prompt_column, None, cfg.split)  # prompts checked (strings or conversations)
+    if stage == "kto" and all("chosen" in r and "rejected" in r and "completion" not in r for r in rows):
+        rows = unpair(rows)
+    for i, row in enumerate(rows):
+        for column in STAGE_COLUMNS[stage]:
+            if column not in row or row[column] is None:
+                available = ", ".join(sorted(row)) or "none"
+                raise DataError(f"{path}: row {i} has no column '{column}' (available: {available}); stage '{stage}' reads {STAGE_FORMATS[stage]}")
+        for column in ("completion", "chosen", "rejected"):
+            if column in STAGE_COLUMNS[stage]:
+                _check_completion(path, i, column, row[column], row["prompt"])
+        if stage == "kto":
+            row["label"] = _label(path, i, row["label"])
+        if cfg.answer_column and cfg.answer_column in row and row[cfg.answer_column] is not None:
+            row["answer"] = str(row.pop(cfg.answer_column))
+    return rows
+
+
+def unpair(rows: list[dict]) -> list[dict]:
+    """A preference dataset as KTO rows: each pair becomes a desirable and an undesirable row (TRL's ``unpair_preference_dataset``)."""
+    out = []
+    for row in rows:
+        rest = {k: v for k, v in row.items() if k not in ("chosen", "rejected")}
+        out.append({**rest, "completion": row["chosen"], "label": True})
+        out.append({**rest, "completion": row["rejected"], "label": False})
+    return out
+
+
+def _check_completion(path: str, i: int, column: str, value: Any, prompt: Any) -> None:
+    if is_conversation(value):
+        problem = message_problem(value)
+        if problem is not None:
+            raise DataError(f"{path}: row {i}, column '{column}': the conversation {problem}")
+        if is_conversation(prompt) and prompt[-1]["role"] == "assistant":
+            raise DataError(f"{path}: row {i}: the prompt ends with an assistant message, so column '{column}' must be the text that continues it, not a message list")
+    elif not isinstance(value, str) or not value:
+        raise DataError(f"{path}: row {i}, column '{column}' must be a non-empty string or a list of {{role, content}} messages")
+
+
+def _label(path: str, i: int, value: Any) -> bool:
+    """A KTO label: a bool, or 0 / 1 and "true" / "false" as CSV files write them."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
+        return value.strip().lower() in ("true", "1")
+    raise DataError(f"{path}: row {i}, column 'label' is {value!r}; KTO labels are true (desirable) or false (undesirable)")
+
+
+def split_by_prompt(rows: list[dict], heldout_fraction: float, seed: int) -> TaskSplits:
+    """Seeded split of whole prompts: ``round(fraction * prompts)`` of them held out (at least 1 when the fraction is positive)."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(prompt_key(row["prompt"]), []).append(row)
+    keys = list(groups)
+    random.Random(seed).shuffle(keys)
+    n = round(heldout_fraction * len(keys))
+    n = max(n, 1) if heldout_fraction > 0 else 0
+    if n >= len(keys):
+        raise DataError(f"only {len(keys)} distinct prompts: too few to hold out {heldout_fraction:.0%} and still train; lower data.heldout_fraction or add rows")
+    return TaskSplits(train=[r for k in keys[n:] for r in groups[k]], heldout=[r for k in keys[:n] for r in groups[k]])
+
+
+def encode(
+    tokenizer: Any, rows: list[dict], stage: str, *, system_prompt: Optional[str], eos_id: int,
+    max_prompt_tokens: int, max_completion_tokens: int,
+) -> list[Example]:
+    """Tokenized :class:`Example` s of ``rows``: prompts through the chat template, completions as described above.
+
+    Prompts keep their last ``max_prompt_tokens`` tokens and completions their first
+    ``max_completion_tokens`` (TRL's truncation sides). Token ids as the sampler's: no special
+    tokens added by the tokenizer.
+    """
+    out = []
+    for row in rows:
+        text = render_prompt(tokenizer, row["prompt"], system_prompt)
+        prompt_ids = _ids(tokenizer, text)[-max_prompt_tokens:]
+        columns = STAGE_COLUMNS[stage][:2] if stage == "dpo" else ("completion",)
+        completions = [_completion_ids(tokenizer, row, c, text, system_prompt, eos_id)[:max_completion_tokens] for c in columns]
+        out.append(Example(prompt_ids, completions, row.get("label") if stage == "kto" else None, row, prompt_key(row["prompt"])))
+    return out
+
+
+def _ids(tokenizer: Any, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _completion_ids(tokenizer: Any, row: dict, column: str, prompt_text: str, system_prompt: Optional[str], eos_id: int) -> list[int]:
+    value = row[column]
+    if not is_conversation(value):
+        return _ids(tokenizer, value) + [eos_id]
+    prompt = row["prompt"] if is_conversation(row["prompt"]) else [{"role": "user", "content": row["prompt"]}]
+    if system_prompt is not None and not any(m["role"] == "system" for m in prompt):
+        prompt = [{"role": "system", "content": system_prompt}, *prompt]  # as render_prompt puts it
+    full = tokenizer.apply_chat_template(prompt + value, tokenize=False)
+    if not full.startswith(prompt_text):
+        raise DataError(
+            f"column '{column}': the chat template renders the prompt differently inside the whole conversation, "
+            "so the completion cannot be cut from it; give the completion as a string"
+        )
+    return _ids(tokenizer, full[len(prompt_text):])

@@ -1,0 +1,229 @@
+"""Variational reasoning's training step: a config-listed batch stage (``variational.enabled``).
+
+Zhou et al., "Variational Reasoning for Language Models", arXiv 2509.22637; the pure functions
+are in :mod:`grpokit.algos.variational`. The variational posterior q_φ(z|x, y*) is the policy
+itself prompted with the reference answer (``variational.hint_template``; the paper's posterior
+prompt templates A and B, reworded here [inferred]: their exact text ships only with the
+authors' datasets), so no second model is held. The paper trains q_φ as a separate model; a
+separate LoRA adapter for q_φ is the alternative, not built here. Because π_θ and q_φ share their
+weights, training one also moves the other.
+
+Each step, on rank 0, for the n questions of the step's batch:
+
+(a) K traces z_k ~ q_φ(·|x, y*) per question (``num_traces``), drawn by the run's sampler at the
+    rollout's temperature / top-p / top-k;
+(b) each trace scored without gradient under π_θ (the plain prompt) and q_φ (the hinted prompt)
+    by the learner (same temperature as the sampler), and π̂(Y|x,z_k) estimated (``estimator``):
+    'acc' — the run's accuracy judge on the trace's own answer (n_ans = 1: the answer written by
+    q_φ, where the paper samples n_ans answers from π_θ after the thinking); 'gml' — the
+    geometric-mean likelihood under π_θ of the reference answer, written by ``answer_template``
+    after the trace (its EOS dropped) and followed by EOS;
+(c) log ρ_k = log π̂ + per-token mean of log π_θ − log q_φ; the posterior rows — plain prompt,
+    completion = the trace ('gml': followed by the reference answer) — are appended with
+    advantage ρ̃_k (``selection`` 'soft' or 'top1');
+(d) with ``posterior_kl``, the policy's own samples the judge scored correct are appended under
+    the hinted prompt with advantage 1[correct]/#correct per question (q_φ's forward-KL step).
+
+The step's own samples stay first with advantage 0: they train nothing themselves (the learner
+skips them where that is exact) and are the data of (d). At ratio 1 (``num_iterations`` 1: the
+old log-probs are the detached current ones) the gradient of ``ppo_clip`` / ``cispo`` is
+``−A ∇log π`` per token, so the appended rows are a weighted SFT. Normaliser: ``num_seqs`` = n,
+the questions; with the ``constant`` aggregation the loss is
+``(1/(n·L_max)) Σ_rows w_row Σ_t −log π(token)``: sequence log-likelihoods, each question's
+weights summing to 1 per term, over a constant (the authors' "constant loss normaliser").
+Appended rows carry their own learner log-probs as behaviour log-probs, so an off-policy
+correction leaves them at weight 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from grpokit.algos.variational import (
+    acc_log_likelihood, forward_kl_weights, gml_log_likelihood, iwae_bound, log_importance_weights, trace_log_ratio,
+    trace_weights,
+)
+from grpokit.config.schema import Config, VariationalConfig
+from grpokit.rewards import score_completions
+from grpokit.rollout.types import RolloutBatch, SamplingParams, concat_batches, renumber_groups, splice_completions, with_prompts
+from grpokit.trainer.learn_batch import LearnBatch
+from grpokit.trainer.learner import micro_batches
+
+# The posterior's prompt [inferred wording]: A puts the reference answer before the question, B after it as a hint.
+HINT_TEMPLATES = {
+    "A": "The reference answer to the question below is {answer}. Reason step by step to it, as if solving it yourself.\n\n{question}",
+    "B": "{question}\n\nHint: the correct answer is {answer}. Reason step by step, as if solving it yourself.",
+}
+# Losses whose gradient at ratio 1 is -A grad log pi per token (a weighted SFT with A = the row's weight).
+WEIGHTED_SFT_LOSSES = ("ppo_clip", "cispo")
+
+
+def hint_template(text: str) -> str:
+    """The format string of ``variational.hint_template`` ('A', 'B' or the text itself)."""
+    return HINT_TEMPLATES.get(text, text)
+
+
+def config_problem(cfg: Config) -> Optional[str]:
+    """Why a run with ``variational.enabled`` cannot run as configured (one line naming the field), or None."""
+    v = cfg.variational
+    template = hint_template(v.hint_template)
+    if "{question}" not in template or "{answer}" not in template:
+        return f"variational.hint_template must be A, B or text containing {{question}} and {{answer}}, got {v.hint_template!r}"
+    if v.estimator == "gml" and "{answer}" not in v.answer_template:
+        return f"variational.answer_template must contain {{answer}} (the reference answer after the trace), got {v.answer_template!r}"
+    if cfg.algorithm.loss not in WEIGHTED_SFT_LOSSES:
+        return (f"variational.enabled trains a weighted SFT through the policy loss: set algorithm.loss to one of "
+                f"{', '.join(WEIGHTED_SFT_LOSSES)} (gradient -A grad log pi at ratio 1), not '{cfg.algorithm.loss}'")
+    if cfg.verification.enabled:
+        return "variational.enabled and verification.enabled both append their own rows to the batch: enable one of them"
+    return None
+
+
+def first_rows(group_ids: torch.Tensor) -> dict[int, int]:
+    """``{group id: index of its first row}``, in increasing group id (the question order)."""
+    first: dict[int, int] = {}
+    for i, g in enumerate(group_ids.tolist()):
+        first.setdefault(g, i)
+    return dict(sorted(first.items()))
+
+
+def score_rows(policy: Any, batch: RolloutBatch, size: int) -> torch.Tensor:
+    """``[B, T]`` no-grad log-probs of the completion tokens under the current policy (0 off the mask)."""
+    out = torch.zeros(batch.completion_ids.shape, dtype=torch.float32, device=batch.device)
+    for rows, mb in micro_batches(batch, size):
+        logp = policy.score(mb, "current")
+        out[rows, : logp.shape[1]] = logp.to(out.dtype)
+    return out * batch.completion_mask
+
+
+def judge_correct(trainer: Any, batch: RolloutBatch) -> torch.Tensor:
+    """``[B]`` bool on the batch's device: the run's accuracy judge scored the completion correct (value >= 1)."""
+    t = trainer.cfg.train
+    scores = score_completions([trainer.judge], batch.prompts, batch.completions, batch.columns(), on_error=t.on_reward_error,
+                               group_ids=batch.group_ids.tolist(), timeout_s=t.reward_timeout_s)
+    return (scores.per_reward[trainer.judge.name].nan_to_num(0.0) >= 1.0).to(batch.device)
+
+
+def hint_fraction(tokenizer: Any, batch: RolloutBatch) -> float:
+    """Fraction of rows whose decoded prompt tokens contain the row's reference answer."""
+    ids, mask = batch.prompt_ids.cpu(), batch.prompt_mask.cpu()
+    texts = tokenizer.batch_decode([row[m.bool()] for row, m in zip(ids, mask)], skip_special_tokens=True)
+    return sum(str(row["answer"]) in text for row, text in zip(batch.rows, texts)) / max(len(texts), 1)
+
+
+def append_rows(lb: LearnBatch, parts: list[tuple[RolloutBatch, torch.Tensor, torch.Tensor]], pad_id: int,
+                num_seqs: float, mask_truncated: bool) -> LearnBatch:
+    """The step's LearnBatch with ``(rows, adv [b], rewards [b])`` parts appended; its own rows get advantage 0.
+
+    Appended rows count all their completion tokens (minus truncated rows with
+    ``mask_truncated``) with token weight 1; ``num_seqs`` is the batch's normaliser.
+    """
+    merged = concat_batches([lb.rollout] + [p[0] for p in parts], pad_id)
+    n, width = len(lb), merged.completion_ids.shape[1]
+
+    def pad(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.pad(x, (0, width - x.shape[1]))
+
+    mask = merged.completion_mask.clone()
+    mask[:n] = pad(lb.mask)  # the step's own exclusions stay
+    if mask_truncated:
+        mask[n:][merged.truncated[n:]] = 0
+    own_weights = lb.token_weights if lb.token_weights is not None else lb.mask.to(torch.float32)
+    weights = torch.cat([pad(own_weights), mask[n:].to(own_weights.dtype)])
+    own_adv = torch.zeros(n, dtype=lb.rewards.dtype, device=lb.rewards.device)
+    adv = torch.cat([own_adv] + [p[1].to(own_adv.dtype) for p in parts])
+    rewards = torch.cat([lb.rewards] + [p[2].to(lb.rewards.dtype) for p in parts])
+    return LearnBatch(rollout=merged, adv=adv, mask=mask, rewards=rewards, behaviour_logp=merged.behaviour_logp,
+                      token_weights=weights, num_seqs=float(num_seqs))
+
+
+class VariationalPosterior:
+    """Appends the posterior rows and q's forward-KL rows to the step's batch (see the module docstring)."""
+
+    def __init__(self, cfg: VariationalConfig) -> None:
+        self.cfg = cfg
+        self.template = hint_template(cfg.hint_template)
+
+    def __call__(self, trainer: Any, lb: LearnBatch, scores: Any) -> tuple[LearnBatch, dict[str, float]]:
+        return trainer.learners.on_main(lambda: self.rows(trainer, lb, trainer.correct(scores)))
+
+    def rows(self, trainer: Any, lb: LearnBatch, correct: torch.Tensor) -> tuple[LearnBatch, dict[str, float]]:
+        """(the batch with both kinds of rows appended, metrics); ``correct [B]``: the judge on the step's samples."""
+        batch = lb.rollout
+        first = first_rows(batch.group_ids)
+        questions = [batch.rows[i] for i in first.values()]
+        hinted = [{**row, "prompt": self.template.format(question=row["prompt"], answer=row["answer"])} for row in questions]
+        r = trainer.cfg.rollout
+        params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, min_new_tokens=r.min_new_tokens)
+        q_batch = trainer.policy.sample(trainer._prompt_texts(hinted), hinted, self.cfg.num_traces, params)  # group g = question g
+        post, w, pi_hat, metrics = self.posterior_rows(trainer, batch, list(first.values()), q_batch)
+        parts = [(post, w, pi_hat)]
+        if self.cfg.posterior_kl:
+            kl_part, kl_metrics = self.forward_kl_rows(trainer, batch, first, q_batch, correct.to(batch.device))
+            parts += [kl_part] if kl_part is not None else []
+            metrics.update(kl_metrics)
+        return append_rows(lb, parts, trainer.policy.pad_id, len(first), trainer.cfg.algorithm.mask_truncated), metrics
+
+    def posterior_rows(self, trainer: Any, batch: RolloutBatch, first: list[int], q_batch: RolloutBatch):
+        """(posterior rows under the plain prompt, their weights ρ̃ [nK], π̂ [nK], metrics) — steps (b) and (c)."""
+        policy, size = trainer.policy, trainer.cfg.train.micro_batch_size
+        src = [first[g] for g in q_batch.group_ids.tolist()]  # the step's row holding each trace's question
+        index = torch.tensor(src, dtype=torch.long, device=batch.device)
+        plain = with_prompts(q_batch, batch.prompt_ids[index], batch.prompt_mask[index], [batch.prompts[i] for i in src],
+                             [batch.rows[i] for i in src])
+        q_logp = score_rows(policy, q_batch, size)  # log q_φ(z|x, y*): the hinted prompt
+        if self.cfg.estimator == "gml":
+            keep = (q_batch.completion_mask.sum(-1) - (~q_batch.truncated).long()).tolist()  # the trace without its EOS
+            texts = [self.cfg.answer_template.format(answer=row["answer"]) for row in plain.rows]
+            eos = trainer.backend.eos_ids[0]
+            suffixes = [trainer.tokenizer(t, add_special_tokens=False).input_ids + [eos] for t in texts]
+            plain, answer_mask = splice_completions(plain, keep, suffixes, [c + t for c, t in zip(plain.completions, texts)],
+                                                    policy.pad_id)
+        pi_logp = score_rows(policy, plain, size)  # log π_θ(z|x) (and of the answer after it): the plain prompt
+        if self.cfg.estimator == "gml":
+            trace_mask = plain.completion_mask * (1 - answer_mask)
+            log_pi_hat = gml_log_likelihood(pi_logp, answer_mask)
+        else:
+            trace_mask = plain.completion_mask
+            log_pi_hat = acc_log_likelihood(judge_correct(trainer, plain))
+        log_ratio = trace_log_ratio(pi_logp, trace_mask, q_logp, q_batch.completion_mask)
+        log_rho = log_importance_weights(log_pi_hat, log_ratio)
+        w, w_metrics = trace_weights(log_rho, plain.group_ids, self.cfg.selection)
+        plain.sampling_logp = pi_logp  # the learner's own log-probs: any off-policy correction weighs these rows 1
+        bound = iwae_bound(log_rho, plain.group_ids)
+        metrics = {
+            "variational/posterior_rows": float(len(plain)),
+            "variational/posterior_trained_frac": float((w > 0).float().mean()),
+            "variational/ess": float(w_metrics["ess"]),
+            "variational/valid_questions_frac": float(w_metrics["valid_frac"]),
+            "variational/weight_max": float(w.max()) if len(w) else 0.0,
+            "variational/log_ratio_mean": float(log_ratio.mean()),
+            "variational/pi_hat_mean": float(log_pi_hat.exp().mean()),
+            "variational/hint_in_prompt": hint_fraction(trainer.tokenizer, q_batch),
+        }
+        if bool(torch.isfinite(bound).any()):
+            metrics["variational/iwae_bound"] = float(bound[torch.isfinite(bound)].mean())
+        return plain, w, log_pi_hat.exp(), metrics
+
+    def forward_kl_rows(self, trainer: Any, batch: RolloutBatch, first: dict[int, int], q_batch: RolloutBatch,
+                        correct: torch.Tensor):
+        """((the step's correct samples under the hinted prompt, weights 1[correct]/#correct, rewards), metrics) — step (d)."""
+        w_all = forward_kl_weights(correct.float(), batch.group_ids)  # [B]
+        idx = correct.nonzero().squeeze(-1)
+        if idx.numel() == 0:
+            return None, {"variational/q_rows": 0.0}
+        question = {g: q for q, g in enumerate(first)}  # group id -> question index (q_batch's group)
+        q_first = list(first_rows(q_batch.group_ids).values())
+        sub = batch.select(idx)
+        src = [q_first[question[g]] for g in sub.group_ids.tolist()]
+        index = torch.tensor(src, dtype=torch.long, device=batch.device)
+        sub = with_prompts(sub, q_batch.prompt_ids[index], q_batch.prompt_mask[index], [q_batch.prompts[i] for i in src],
+                           [q_batch.rows[i] for i in src])
+        sub.group_ids = renumber_groups(sub.group_ids)
+        q_logp = score_rows(trainer.policy, sub, trainer.cfg.train.micro_batch_size)  # log q_φ(z|x, y*)
+        sub.sampling_logp = q_logp  # the learner's own log-probs (see posterior_rows)
+        tokens = sub.completion_mask.sum().clamp(min=1)
+        metrics = {"variational/q_rows": float(len(sub)), "variational/q_nll": float(-(q_logp.sum()) / tokens)}
+        return (sub, w_all[idx], torch.ones(len(sub), dtype=w_all.dtype, device=w_all.device)), metrics
