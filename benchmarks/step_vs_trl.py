@@ -152,29 +152,21 @@ def child_grpokit(name: str, warmup: int, steps: int, max_new_tokens: int, a: ar
 
 # ---------------------------------------------------------------------------- TRL child
 def child_trl(name: str, warmup: int, steps: int, max_new_tokens: int, a: argparse.Namespace) -> None:
-    from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from _trl_side import grpo_config_kwargs, trl_dataset, trl_reward_funcs
     from grpokit.model.loading import load_model
-    from grpokit.rewards.builtin import answer_match
     from grpokit.trainer import setup
 
     spec = CONFIGS[name]
     with tempfile.TemporaryDirectory(prefix="bench-trl-") as tmp:
         gcfg = _grpokit_config(spec, warmup + steps, max_new_tokens, tmp)
         rows = setup.build_splits(gcfg.data).train
-        dataset = Dataset.from_list(
-            [{"prompt": [{"role": "user", "content": r["prompt"]}], "answer": str(r["answer"])} for r in rows]
-        )
-
-        def answer_match_reward(prompts, completions, answer, **kw):
-            texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-            return [0.0 if s is None else s for s in answer_match(prompts, texts, answer=answer)]
-
-        answer_match_reward.__name__ = "answer_match"
-
-        algo, optim, lora = gcfg.algorithm, gcfg.optim, gcfg.model.lora
+        dataset = trl_dataset(rows, gcfg.data.system_prompt)  # conversational prompts, as TRL users write them
+        # grpokit's own answer_match, called through TRL's reward convention
+        reward_funcs, reward_weights = trl_reward_funcs(setup.build_rewards(gcfg.rewards), [k for k in rows[0] if k != "prompt"])
+        lora = gcfg.model.lora
         args = GRPOConfig(
             output_dir=tmp,
             use_cpu=True,
@@ -185,31 +177,14 @@ def child_trl(name: str, warmup: int, steps: int, max_new_tokens: int, a: argpar
             logging_steps=1,
             disable_tqdm=True,
             max_steps=warmup + steps,
-            seed=gcfg.train.seed,
             # one optimizer step = 4 prompts x 8 completions = 32 sequences, learned in micro-batches of 16
-            num_generations=GROUP_SIZE,
             per_device_train_batch_size=a.trl_micro_batch,
             gradient_accumulation_steps=PROMPTS_PER_STEP * GROUP_SIZE // a.trl_micro_batch,
             steps_per_generation=PROMPTS_PER_STEP * GROUP_SIZE // a.trl_micro_batch,
-            max_completion_length=max_new_tokens,
             generation_kwargs=None if a.eos_stops else {"min_new_tokens": max_new_tokens},
-            temperature=gcfg.rollout.temperature,
-            top_p=gcfg.rollout.top_p,
-            top_k=gcfg.rollout.top_k,
-            learning_rate=optim.lr,
-            lr_scheduler_type="constant",
-            warmup_steps=0,
-            weight_decay=optim.weight_decay,
-            adam_beta1=optim.betas[0],
-            adam_beta2=optim.betas[1],
-            max_grad_norm=optim.max_grad_norm,
-            beta=algo.beta,
-            num_iterations=algo.num_iterations,
-            epsilon=algo.epsilon_low,
-            epsilon_high=algo.epsilon_high,
-            loss_type="grpo",  # = grpokit's seq_mean_token_mean aggregation
-            scale_rewards="group",
-            mask_truncated_completions=algo.mask_truncated,
+            reward_weights=reward_weights,
+            # sampling, AdamW, constant lr, clip, beta, loss_type="grpo" (= seq_mean_token_mean), group scaling
+            **grpo_config_kwargs(gcfg),
             # gradient_checkpointing: left at TRL's default (True)
         )
         model, tokenizer = load_model(MODEL, dtype=gcfg.model.dtype)
@@ -247,7 +222,7 @@ def child_trl(name: str, warmup: int, steps: int, max_new_tokens: int, a: argpar
         t0 = time.perf_counter()
         trainer = GRPOTrainer(
             model=model,
-            reward_funcs=[answer_match_reward],
+            reward_funcs=reward_funcs,
             args=args,
             train_dataset=dataset,
             processing_class=tokenizer,

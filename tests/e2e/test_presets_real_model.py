@@ -1,9 +1,10 @@
 """`grpokit train --preset X` on the real embedded model, one step each (slow).
 
-Beyond a finite loss, each preset in ``MECHANISM`` must log its method's own metric in that step,
-and where one step can show it, a value proving the mechanism acted (a span found, forking tokens
-selected, verification tokens trained). The other presets still check only the loss; making each
-one prove its method on the real model is issue 13's work.
+Beyond a finite loss, every preset must log its method's own metric and a value proving the
+mechanism acted on the real model (a span found, forking tokens selected, verification tokens
+trained, a teacher that differs from the student, a label-free reward, a regression term that is
+non-zero). Where one step cannot show it, ``EXTRA`` gives the preset the steps or updates it needs
+and the assertions read the last step.
 """
 
 import json
@@ -52,17 +53,40 @@ MECHANISM = {
         ("variational/posterior_rows", lambda v: v == 2 * 4), ("variational/hint_in_prompt", lambda v: v == 1.0),
         ("variational/posterior_trained_frac", lambda v: 0 < v <= 1), ("variational/ess", lambda v: 1 <= v <= 4),
     ],
-    "kdrl": [("kd/mask_frac", lambda v: 0 <= v <= 1)],
+    "kdrl": [("kd/mask_frac", lambda v: 0 <= v <= 1),
+             ("kd/teacher_gap", lambda v: v > 0)],  # the teacher (a demo run trained first) is not the student
     "humanline": [("humanline/unclamped_frac", lambda v: 0 <= v <= 1)],
-    "dpo": [("rewards/margins", lambda v: abs(v) < 1e-4)],  # step 1: the policy is its own reference
-    "kto": [("kl", lambda v: abs(v) < 1e-4)],
+    "grpo": [("adv/mean", lambda v: abs(v) < 1e-6), ("kl", lambda v: v >= 0)],  # group-relative advantage, beta KL on
+    "dr_grpo": [("adv/mean", lambda v: abs(v) < 1e-6), ("adv/abs_mean", lambda v: v <= 1.0)],  # R - mean, no std
+    "gspo": [("ratio/mean", lambda v: v != 1.0)],  # second update: the sequence-level ratio has moved
+    "dpp_grpo": [("reward/dpp/mean", lambda v: v > 0)],  # marginal log-det gains of distinct completions
+    "dynamic_weights": [("combiner/influence0", lambda v: v == v), ("combiner/w0", lambda v: v > 0)],
+    "sql": [("reward/sql_execution/mean", lambda v: 0 <= v <= 1), ("reward/sql_schema_f1/mean", lambda v: 0 <= v <= 1)],
+    "safe_multilabel": [("reward/rm_score/mean", lambda v: v == v)],  # scored by the multi-label reward model
+    "sft": [("loss", lambda v: v > 0)],
+    "dpo": [("rewards/margins", lambda v: v > 0)],  # after 3 steps the chosen completions beat the rejected ones
+    "kto": [("rewards/margins", lambda v: v > 0)],
 }
+EXTRA = {  # presets whose mechanism needs more than one update to show
+    "gspo": ["algorithm.num_iterations=2"],
+    "sft": ["train.steps=3"], "dpo": ["train.steps=3"], "kto": ["train.steps=3"],
+}
+
+
+def train_the_teacher_the_preset_needs(preset):
+    """KDRL's teacher is a run grpokit trained first (``runs/demo``, relative to the test's folder): 2 demo steps."""
+    teacher = load_config(preset=preset).model.teacher
+    if teacher:
+        assert main(["train", "--preset", "demo", "--set", f"logging.output_dir={teacher}", "--set", "train.steps=2",
+                     "--set", "rollout.max_new_tokens=16", "--set", "eval.before=false", "--set", "eval.after=false",
+                     "--set", "logging.progress=false"]) == 0
 
 
 @pytest.mark.parametrize("preset", [p for p in preset_names() if p != "demo"])
 def test_preset_runs_on_real_model(preset, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # relative paths of a preset (reward models, runs/) land here
     train_reward_models_the_preset_needs(preset)
+    train_the_teacher_the_preset_needs(preset)
     cfg = load_config(preset=preset)
     data = cfg.data.path if cfg.stage != "grpo" else None  # offline presets (sft, dpo, kto) read the repository's example data
     code = main([
@@ -73,9 +97,10 @@ def test_preset_runs_on_real_model(preset, tmp_path, monkeypatch):
         "--set", "rollout.max_new_tokens=16",
         "--set", "eval.before=false", "--set", "eval.after=false",
         "--set", "logging.progress=false",
+        *[arg for extra in EXTRA.get(preset, []) for arg in ("--set", extra)],
     ])
     assert code == 0
-    m = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    m = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
     assert m["loss"] == m["loss"]  # not NaN
     for key, holds in MECHANISM.get(preset, []):
         assert key in m and holds(m[key]), (preset, key, m.get(key))

@@ -1,0 +1,204 @@
+"""``docs/efficacy.md`` and its PNGs from the efficacy study's cached runs (``benchmarks/efficacy.py``).
+
+Per task: a table of every method (held-out greedy accuracy before -> final, mean ± sample std
+over seeds, best point, steps, training minutes, the per-step diagnostics of the "why"
+question), GRPO against TRL at equal steps and at equal minutes with
+``time_to_trl_accuracy_ratio``, and one sentence per paper: its claim, the measured difference
+against its reference row at equal training minutes, and the verdict of
+``_efficacy_stats.verdict``. Plots use matplotlib's Agg canvas through the object API, as
+``grpokit.trainer.report`` does (no pyplot, the caller's backend untouched).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import _efficacy_stats as st
+
+GRPO, TRL = "grpo", "trl"
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{100 * x:.{digits}f}%"
+
+
+def pm(pair: tuple[float, float], scale: float = 100.0, unit: str = "%", digits: int = 1) -> str:
+    mean, std = pair
+    if math.isnan(mean):
+        return "n/a"
+    return f"{scale * mean:.{digits}f}{unit} ± {scale * std:.{digits}f}"
+
+
+def table(runs_by_method: dict[str, list[dict]], methods: list) -> list[str]:
+    cols = ["method", "seeds", "before", "final (mean ± std)", "best", "steps", "training min", "s/step",
+            "completion len (last 5 steps)", "zero-variance groups (2nd half)", "steps with every row skipped"]
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for m in methods:
+        runs = runs_by_method.get(m.name)
+        if not runs:
+            continue
+        s = st.summary(runs)
+        out.append("| " + " | ".join([
+            m.label, str(s["n"]), pm(s["before"]), pm(s["final"]), pm(s["best"]), pm(s["steps"], 1, "", 0),
+            pm(s["minutes"], 1, "", 2), pm(s["s_per_step"], 1, "", 1), pm(s["len_end"], 1, "", 1),
+            pm(s["zero_var_late"], 100, "%", 0), pm(s["all_skipped"], 100, "%", 0),
+        ]) + " |")
+    return out
+
+
+def grpo_vs_trl(runs_by_method: dict[str, list[dict]]) -> list[str]:
+    """GRPO and TRL mean accuracy at equal steps and at equal training minutes, and the time ratio."""
+    grpo, trl = runs_by_method.get(GRPO, []), runs_by_method.get(TRL, [])
+    ratio, why = st.time_to_trl_accuracy_ratio(grpo, trl)
+    out = [f"`time_to_trl_accuracy_ratio={ratio:.3f}`" if math.isfinite(ratio) else "`time_to_trl_accuracy_ratio=nan`",
+           f"({why}).", ""]
+    if not grpo or not trl:
+        return out
+    rows = ["| at | GRPO (grpokit) | TRL GRPOTrainer |", "|---|---|---|"]
+    for axis, curve, hold, digits in (("step", st.steps_curve, False, 0), ("training minute", st.minutes_curve, True, 2)):
+        g = st.mean_curve([curve(r) for r in grpo], hold)
+        t = st.mean_curve([curve(r) for r in trl], hold)
+        for x in grid(min(g[0][-1], t[0][-1]), axis == "step"):
+            rows.append(f"| {axis} {x:.{digits}f} | {pct(st.interp(g[0], g[1], x))} | {pct(st.interp(t[0], t[1], x))} |")
+    return out + rows + [""]
+
+
+def grid(end: float, integer: bool, n: int = 8) -> list[float]:
+    """``n`` evenly spaced points in (0, end] (whole numbers for steps, without repeats)."""
+    xs = [end * k / n for k in range(1, n + 1)]
+    return sorted({round(x) for x in xs if round(x) > 0}) if integer else xs
+
+
+def claim_sentence(m: Any, runs_by_method: dict[str, list[dict]], labels: dict[str, str]) -> str:
+    """One sentence: what the paper claims, the number measured here, the verdict."""
+    runs = runs_by_method.get(m.name, [])
+    ref = None if m.ref == "before" else runs_by_method.get(m.ref, [])
+    ref_label = "its accuracy before training" if m.ref == "before" else labels.get(m.ref, m.ref)
+    head = f"- **{m.label}** ({m.paper}): claims {m.claim}"
+    cmp = st.compare(runs, ref)
+    if cmp is None:
+        missing = m.label if not runs else ref_label
+        return f"{head} Here: not measured yet (no runs of {missing} in the cache)."
+    se = "" if math.isnan(cmp["se"]) else f", 2 SE = {200 * cmp['se']:.1f} pp"
+    if m.ref == "before":
+        what = f"{100 * cmp['delta']:+.1f} pp from before training to the end: {pct(cmp['b'])} -> {pct(cmp['a'])} ({cmp['n_a']} seeds{se})"
+    else:
+        what = (f"{100 * cmp['delta']:+.1f} pp vs {ref_label} at equal training minutes ({cmp['minutes']:.2f} min): "
+                f"{pct(cmp['a'])} vs {pct(cmp['b'])} ({cmp['n_a']} vs {cmp['n_b']} seeds{se})")
+    return f"{head} Here: {what}: {st.verdict(m.expect, cmp)}."
+
+
+def task_section(task: Any, runs_by_method: dict[str, list[dict]], methods: list, figures: list[str]) -> list[str]:
+    labels = {m.name: m.label for m in methods}
+    out = [f"## Task `{task.name}`: {task.about}", ""]
+    if not runs_by_method:
+        return out + ["No runs cached for this task yet.", ""]
+    out += table(runs_by_method, methods) + ["", "### GRPO (grpokit) and TRL's GRPOTrainer, same task and budget", ""]
+    out += grpo_vs_trl(runs_by_method)
+    out += [f"![{Path(f).stem}](efficacy/{Path(f).name})" for f in figures] + ["", "### Each paper's claim", ""]
+    out += [claim_sentence(m, runs_by_method, labels) for m in methods if m.claim]
+    return out + [""]
+
+
+def write_markdown(path: Path, header: list[str], sections: list[list[str]], unavailable: dict[str, str]) -> None:
+    lines = list(header)
+    for section in sections:
+        lines += section
+    if unavailable:
+        lines += ["## Rows not run at this code version", ""]
+        lines += [f"- `{name}`: {why}" for name, why in sorted(unavailable.items())] + [""]
+    path.write_text("\n".join(lines))
+
+
+# ----------------------------------------------------------------------------------- plots
+def _figure(panels: int) -> tuple[Any, list[Any]]:
+    """A figure on matplotlib's Agg canvas (object API, no pyplot) with ``panels`` side-by-side axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6 * panels, 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, panels, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def _band(ax: Any, curves: list, hold: bool, label: str, **style: Any) -> None:
+    xs, mean, std = st.mean_curve(curves, hold)
+    ys = [100 * y for y in mean]
+    (line,) = ax.plot(xs, ys, marker="o", markersize=3, label=f"{label} ({len(curves)} seeds)", **style)
+    lo = [100 * (m - s) for m, s in zip(mean, std)]
+    hi = [100 * (m + s) for m, s in zip(mean, std)]
+    ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+
+
+def _finish(ax: Any, xlabel: str, ylabel: str, title: str) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize="medium")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+
+
+def plot_grpo_vs_trl(runs_by_method: dict[str, list[dict]], labels: dict[str, str], path: Path) -> bool:
+    sides = [(n, runs_by_method[n]) for n in (GRPO, TRL) if runs_by_method.get(n)]
+    if not sides:
+        return False
+    fig, (ax_min, ax_step) = _figure(2)
+    for name, runs in sides:
+        _band(ax_min, [st.minutes_curve(r) for r in runs], True, labels[name])
+        _band(ax_step, [st.steps_curve(r) for r in runs], False, labels[name])
+    _finish(ax_min, "training wall minutes (evaluation excluded)", "held-out greedy accuracy (%)", "per minute: mean ± std over seeds")
+    _finish(ax_step, "optimizer step", "held-out greedy accuracy (%)", "per step: mean ± std (up to the shortest seed)")
+    fig.savefig(path, dpi=100)
+    return True
+
+
+def plot_methods(runs_by_method: dict[str, list[dict]], methods: list, path: Path) -> bool:
+    present = [m for m in methods if runs_by_method.get(m.name)]
+    if not present:
+        return False
+    fig, (ax,) = _figure(1)
+    for m in present:
+        xs, mean, _ = st.mean_curve([st.minutes_curve(r) for r in runs_by_method[m.name]], hold=True)
+        style = {"linewidth": 2.4, "color": "black"} if m.name == GRPO else {"linestyle": "--"} if m.name == TRL else {"linewidth": 1}
+        ax.plot(xs, [100 * y for y in mean], label=m.label, **style)
+    _finish(ax, "training wall minutes (evaluation excluded)", "held-out greedy accuracy (%)", "every method: mean over seeds")
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="x-small")
+    fig.savefig(path, dpi=100)
+    return True
+
+
+def plot_diagnostics(runs_by_method: dict[str, list[dict]], labels: dict[str, str], path: Path) -> bool:
+    """GRPO and TRL per step: mean completion length and the fraction of zero-variance groups (mean over seeds)."""
+    from grpokit.trainer.report import moving_average, moving_average_window
+
+    sides = [(n, runs_by_method[n]) for n in (GRPO, TRL) if runs_by_method.get(n)]
+    if not sides:
+        return False
+    fig, axes = _figure(3)
+    keys = (("completion_len", "mean completion length (tokens)"), ("zero_var_frac", "zero-variance groups"),
+            ("train_accuracy", "training accuracy (judge)"))
+    for ax, (key, title) in zip(axes, keys):
+        for name, runs in sides:
+            xs, ys = st.mean_steps(runs, key)
+            if xs:
+                ax.plot(xs, moving_average(ys, moving_average_window(len(ys))), label=labels[name])
+        _finish(ax, "optimizer step", title, f"{title}, moving average")
+    fig.savefig(path, dpi=100)
+    return True
+
+
+def plot_task(task: str, runs_by_method: dict[str, list[dict]], methods: list, folder: Path) -> list[str]:
+    """Every PNG of one task under ``folder``; the paths written."""
+    labels = {m.name: m.label for m in methods}
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for suffix, draw in (("grpo_vs_trl", lambda p: plot_grpo_vs_trl(runs_by_method, labels, p)),
+                         ("methods", lambda p: plot_methods(runs_by_method, methods, p)),
+                         ("diagnostics", lambda p: plot_diagnostics(runs_by_method, labels, p))):
+        path = folder / f"{task}_{suffix}.png"
+        if draw(path):
+            written.append(str(path))
+    return written

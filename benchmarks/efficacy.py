@@ -1,0 +1,370 @@
+#!/usr/bin/env python
+"""Efficacy study: held-out greedy accuracy per training minute, methods x seeds x tasks, grpokit and TRL.
+
+    python benchmarks/efficacy.py                                  # every method, seeds 0-2, both tasks, 10 min each
+    python benchmarks/efficacy.py --methods grpo,trl --seeds 0,1,2,3 --tasks demo   # grow the study (cached runs are skipped)
+    python benchmarks/efficacy.py --report-only                    # docs/efficacy.md + docs/efficacy/*.png from the cache
+    python benchmarks/efficacy.py --probe                          # base accuracy of the candidate harder tasks
+    python benchmarks/efficacy.py --dry-run --cache-dir /tmp/c --out /tmp/d   # tiny random model, seconds per run
+
+Each run (method, seed, task) trains in its own process for ``--budget-min`` minutes of training
+wall time (evaluation excluded; the step running at the budget finishes), evaluating held-out
+greedy accuracy before training, every ``--eval-every`` steps and at the end, and logging per
+step: reward, training accuracy, mean completion length, fraction of zero-variance groups, rows
+skipped, learning rate, grad norm (``_efficacy_child.py``). Its record is cached as one JSON per
+(mode, task, method, seed, budget, code version) under ``--cache-dir``, written atomically, so a
+killed study resumes and a study grows across days; the report is regenerated from every cached
+run of this code version and budget (``_efficacy_report.py``, statistics in ``_efficacy_stats.py``).
+The code version is the commit, plus a hash of ``src/grpokit`` when it differs from the commit
+(``--code-version`` pins one). The last stdout line is::
+
+    time_to_trl_accuracy_ratio=<TRL minutes / grpokit minutes to reach TRL's final mean accuracy>
+
+for GRPO on the demo task: the first training minute at which each side's mean-over-seeds
+accuracy curve (linear between evaluations) reaches TRL's final mean accuracy; ``nan`` with the
+reason on the line above when grpokit's never does.
+
+The task is TRL's reference task, identical on both sides: SmolLM2-135M-Instruct in float32, the
+prompt "What is A op B? Answer with just the number." (chat template, no system prompt), the
+arithmetic task's 55 train / 200 held-out split, 4 prompts x 8 completions, at most 32 new tokens,
+temperature 0.8 (top-p 1, top-k off), full fine-tune, AdamW lr 2e-5 constant after 2 warm-up
+steps, grad-norm clip 1.0, micro-batches of 16 sequences, no activation checkpointing, the
+``answer_match`` reward and judge. Every row of ``METHODS`` sets only its algorithm (its preset's
+axes and options, humanline's grad-norm clip 0.3, plus the row's overrides): data, sampling,
+learning rate, schedule and budget are the task's (``build_config``).
+GRPO and TRL additionally share the objective: PPO-clip 0.2, token-mean loss (TRL
+``loss_type="dapo"``), beta 0, one update per batch. Both sides run with grpokit's MKL-on-AMD
+shim where it applies (the same BLAS). What still differs: see docs/efficacy.md ("Settings").
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import _efficacy_study as study
+
+log = logging.getLogger("efficacy")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What differs between the study and its --dry-run; everything else is the same code path."""
+
+    model: str  # model.name ("": the dry run's tiny random Llama, saved under the cache)
+    n_heldout: int
+    group: int  # G
+    prompts: int  # prompts per step
+    max_new_tokens: int  # sampling and evaluation
+    micro_batch: int  # learner micro-batch (sequences), both sides
+    eval_batch: int
+    max_steps: int  # a cap besides the budget
+    threads: int  # torch intra-op threads (0 = torch's default)
+    budget_min: float  # default --budget-min
+    eval_every: int  # default --eval-every
+
+
+STUDY = Sizes("smollm2-135m-instruct", 200, 8, 4, 32, 16, 50, 10_000, 0, 10.0, 5)
+DRY = Sizes("", 16, 4, 2, 8, 4, 16, 6, 1, 0.05, 2)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A built-in task: its ``data`` section and, when it is not ``answer_match``, its reward (and judge)."""
+
+    name: str
+    about: str
+    data: dict
+    reward: str | None = None  # None: the method's own rewards (answer_match; majority vote for label-free rows)
+
+
+PROMPT = "What is {a} {op} {b}? Answer with just the number."  # TRL's reference run's prompt
+
+
+def arithmetic(digits, operators=("+", "-", "*")) -> dict:
+    return {"task": "arithmetic", "task_options": {"operators": list(operators), "digits": digits, "nonnegative": True,
+                                                   "template": PROMPT},
+            "n_train": 55, "n_heldout": 200, "seed": 0, "system_prompt": None}
+
+
+TASKS = {
+    "demo": Task("demo", "single-digit + - * (a >= b for -), all 255 problems: 55 train / 200 held out (TRL's reference task)",
+                 arithmetic(1)),
+    # [to be confirmed with --probe: the base model must score 10-40% held out]
+    "hard": Task("hard", "operands of one or two digits, + - *: 55 train / 200 held out", arithmetic([1, 2])),
+}
+PROBE_TASKS = {
+    **TASKS,
+    "two_digit": Task("two_digit", "two-digit + - *", arithmetic(2)),
+    "two_digit_add_sub": Task("two_digit_add_sub", "two-digit + and -", arithmetic(2, ("+", "-"))),
+    "countdown3": Task("countdown3", "countdown, 3 numbers of 1-9",
+                       {"task": "countdown", "task_options": {"num_count": 3, "max_number": 9}, "n_train": 55,
+                        "n_heldout": 200, "seed": 0, "system_prompt": None}, reward="countdown_equation"),
+}
+
+
+@dataclass(frozen=True)
+class Method:
+    """One row of the study: a grpokit preset plus overrides (or TRL), and the claim of its paper."""
+
+    name: str
+    label: str
+    preset: str
+    sets: tuple[str, ...] = ()
+    paper: str = ""  # title + arXiv id
+    claim: str = ""  # one sentence: the qualitative effect the paper claims ("" = no claim: a reference row)
+    ref: str = "grpo"  # the row it is compared with at equal minutes; "before": its own start
+    expect: str = "better"  # better | match | gain (see _efficacy_stats.verdict)
+    side: str = "grpokit"  # or "trl": TRL's GRPOTrainer on the preset's config
+    needs_teacher: bool = False
+    label_free: bool = False
+
+
+# GRPO as TRL's reference run trains it: PPO-clip 0.2, token-mean loss, beta 0 (the grpo preset's k3 KL off)
+BASELINE = ("algorithm.beta=0.0", "algorithm.aggregation=token_mean")
+# mu = 2 updates per batch [inferred]: on-policy (mu = 1) these losses' gradients equal GRPO's (ratio 1)
+OFF_POLICY = ("algorithm.num_iterations=2",)
+HUMANLINE = "Humanline: Online Alignment as Perceptual Loss, arXiv 2509.24207"
+
+METHODS = {m.name: m for m in [
+    Method("grpo", "GRPO", "grpo", BASELINE, "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models, arXiv 2402.03300",
+           "group-relative advantages, without a value model, raise accuracy over the starting model.", "before", "gain"),
+    Method("trl", "TRL GRPOTrainer (GRPO)", "grpo", BASELINE, side="trl"),
+    Method("dr_grpo", "Dr. GRPO", "dr_grpo", (), "Understanding R1-Zero-Like Training: A Critical Perspective, arXiv 2503.20783",
+           "dropping the std and length normalisations keeps GRPO's accuracy and stops completions growing longer.", expect="match"),
+    Method("dapo", "DAPO", "dapo", (), "DAPO: An Open-Source LLM Reinforcement Learning System at Scale, arXiv 2503.14476",
+           "clip-higher, dynamic sampling, a token-level loss and overlong shaping reach a higher accuracy than GRPO in fewer steps."),
+    Method("gspo", "GSPO", "gspo", (), "Group Sequence Policy Optimization, arXiv 2507.18071",
+           "a sequence-level ratio and clip train more stably and to a higher accuracy than GRPO for the same compute."),
+    Method("cispo", "CISPO", "grpo", BASELINE + OFF_POLICY + ("algorithm.loss=cispo",),
+           "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention, arXiv 2506.13585",
+           "clipping the importance weight instead of the update keeps every token's gradient and matches DAPO in half the steps.", "dapo"),
+    Method("sapo", "SAPO", "grpo", ("algorithm.beta=0.0", "algorithm.loss=sapo") + OFF_POLICY,  # seq-mean-token-mean, as the paper and TRL
+           "Soft Adaptive Policy Optimization, arXiv 2511.20347",
+           "a smooth, temperature-controlled gate in place of the hard clip trains more stably and to a higher accuracy than GRPO and GSPO."),
+    Method("disco", "DisCO", "disco", (), "DisCO: Reinforcing Large Reasoning Models with Discriminative Constrained Optimization, arXiv 2505.12366",
+           "a discriminative objective without GRPO's difficulty bias, under a KL constraint, beats GRPO by several points."),
+    Method("lambda_grpo", "λ-GRPO", "lambda_grpo", (), "GRPO is Secretly a Process Reward Model, arXiv 2509.21154",
+           "weighting each token by 1 / (completions sharing its prefix) reaches a higher accuracy faster than GRPO."),
+    Method("reg_grpo", "Reg-GRPO", "reg_grpo", (), "DeepVideo-R1: Video Reinforcement Fine-Tuning via Difficulty-aware Regressive GRPO, arXiv 2506.07464",
+           "regressing the advantage onto the policy's log-ratio instead of clipping beats GRPO."),
+    Method("kdrl", "KDRL", "kdrl", (), "KDRL: Post-Training Reasoning LLMs via Unified Knowledge Distillation and Reinforcement Learning, arXiv 2506.02208",
+           "adding reverse-KL distillation from a teacher to GRPO beats GRPO alone (the teacher's training is not counted here).",
+           needs_teacher=True),
+    Method("humanline_online", "Humanline (online)", "humanline", ("algorithm.num_iterations=1",), HUMANLINE,
+           "humanline syncing and clipping in the loss do at least as well as online GRPO.", expect="match"),
+    Method("humanline_offline", "Humanline (offline: each batch reused 4x)", "humanline", (), HUMANLINE,
+           "with humanline syncing and clipping, training on reused (offline) generations matches online GRPO.", expect="match"),
+    Method("grpo_offline", "GRPO, each batch reused 4x (offline control)", "grpo", BASELINE + ("algorithm.num_iterations=4",)),
+    Method("spine", "SPINE (label-free)", "spine", (), "SPINE: Token-Selective Test-Time Reinforcement Learning with Entropy-Band Regularization, arXiv 2511.17938",
+           "updating only high-entropy forking tokens, with an entropy band, beats TTRL without labels.", "ttrl", label_free=True),
+    Method("ttrl", "TTRL (label-free)", "ttrl", (), "TTRL: Test-Time Reinforcement Learning, arXiv 2504.16084",
+           "RL on unlabelled prompts with majority-vote pseudo-rewards raises accuracy over the starting model.", "before", "gain",
+           label_free=True),
+    Method("variational", "Variational reasoning", "variational", (), "Variational Reasoning for Language Models, arXiv 2509.22637",
+           "training on traces of a posterior that sees the answer, with the variational objective, beats GRPO-style RL."),
+]}
+
+
+def build_config(method: Method, task: Task, seed: int, sizes: Sizes, out_dir: str, device: str, teacher: str | None = None):
+    """The grpokit config of one run: the method's preset and overrides, then the task and the harness settings.
+
+    The task's data, sampling, optimiser and evaluation replace the preset's (e.g. lambda_grpo's
+    temperature 0.75 becomes the task's 0.8); ``*_options`` of the task replace the preset's whole.
+    """
+    from grpokit.config.loading import from_dict, merge, raw_config
+    from grpokit.config.schema import Config
+
+    raw = raw_config(preset=method.preset, overrides=list(method.sets))
+    shared = {
+        "model": {"name": sizes.model, "device": device, "threads": sizes.threads, "dtype": "float32", "lora": {"enabled": False},
+                  **({"teacher": teacher} if teacher else {})},
+        "data": {**task.data, "n_heldout": sizes.n_heldout},
+        "rollout": {"group_size": sizes.group, "prompts_per_step": sizes.prompts, "max_new_tokens": sizes.max_new_tokens,
+                    "min_new_tokens": 0, "temperature": 0.8, "top_p": 1.0, "top_k": 0},
+        "optim": {"lr": 2.0e-5, "schedule": "constant", "warmup_steps": 2},
+        "train": {"seed": seed, "steps": sizes.max_steps, "max_minutes": 0.0, "micro_batch_size": sizes.micro_batch,
+                  "activation_checkpointing": False},
+        "eval": {"before": False, "after": False, "every": 0, "batch_size": sizes.eval_batch, "max_new_tokens": sizes.max_new_tokens},
+        "logging": {"output_dir": out_dir, "checkpoint_every": 0, "log_samples_every": 0, "progress": False},
+    }
+    if task.reward is not None:
+        if method.label_free:
+            raise ValueError(f"task {task.name!r} has no majority-vote answer for the label-free method {method.name!r}")
+        shared["rewards"] = [{"name": task.reward, "weight": 1.0}]
+        shared["eval"]["accuracy_reward"] = task.reward
+    return from_dict(Config, merge(raw, shared, whole_options=True), "")
+
+
+# ------------------------------------------------------------------------------- entry points
+def child_main(spec: dict) -> None:
+    """``--_child``: build one run's config, train it on its side, print its record on stdout."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    import _efficacy_child as child
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars in every child's log
+    sizes = Sizes(**spec["sizes"])
+    if sizes.threads:
+        torch.set_num_threads(sizes.threads)
+    method = METHODS[spec["method"]]
+    cfg = build_config(method, TASKS[spec["task"]], spec["seed"], sizes, spec["out_dir"], spec["device"], spec["teacher"])
+    budget_s = 60 * spec["budget_min"]
+    if method.side == "trl":
+        record = child.run_trl(cfg, budget_s, spec["eval_every"], use_cpu=spec["device"] == "cpu")
+    else:
+        record = child.run_grpokit(cfg, budget_s, spec["eval_every"], save=spec["save"])
+    versions = {}
+    for name in ("torch", "transformers", "trl"):
+        try:
+            versions[name] = __import__(name).__version__
+        except ImportError:
+            versions[name] = None
+    print(study.RESULT_TAG + json.dumps({**spec, **record, "versions": versions, "finished": time.strftime("%Y-%m-%d %H:%M")}), flush=True)
+
+
+def probe(plan: study.Plan) -> None:
+    """Print (and cache) the untrained model's held-out greedy accuracy on every candidate task."""
+    import _efficacy_child as child
+    from grpokit.model.loading import load_model
+
+    model, tokenizer = load_model(plan.sizes.model, dtype="float32")
+    rows = ["| task | what | base held-out greedy accuracy | in 10-40% |", "|---|---|---|---|"]
+    found = {}
+    for task in PROBE_TASKS.values():
+        cfg = build_config(METHODS["grpo"], task, 0, plan.sizes, str(plan.cache_dir / "probe"), plan.device)
+        acc = child.probe_task(model, tokenizer, cfg)["accuracy"]
+        found[task.name] = acc
+        rows.append(f"| {task.name} | {task.about} | {acc:.1%} (n = {cfg.data.n_heldout}) | {'yes' if 0.1 <= acc <= 0.4 else 'no'} |")
+        log.info("probe %s: %.3f", task.name, acc)
+    study.write_atomic(plan.cache_dir / f"probe__{plan.mode}__{plan.version}.json", found)
+    print("\n".join(rows))
+
+
+def settings_lines(plan: study.Plan) -> list[str]:
+    s = plan.sizes
+    return [
+        "## Settings", "",
+        f"- Model `{s.model or 'tiny random Llama (dry run)'}` in float32, full fine-tune; {s.prompts} prompts x {s.group} "
+        f"completions per step, at most {s.max_new_tokens} new tokens (sampling and evaluation), temperature 0.8, top-p 1, "
+        f"top-k off; AdamW lr 2e-5 constant after 2 warm-up steps; micro-batches of {s.micro_batch}; no activation checkpointing.",
+        "- Prompt \"What is A op B? Answer with just the number.\" with the model's chat template and no system prompt "
+        "(TRL: the same text as a conversational prompt); `answer_match` reward and judge on both sides.",
+        f"- Budget {plan.budget_min:g} min of training wall time per run (the step running at the budget finishes); "
+        f"held-out greedy accuracy ({s.n_heldout} problems) before training, every {plan.eval_every} steps and after the "
+        "last, with grpokit's evaluation code on both sides (TRL's weights through grpokit's `HFBackend`); evaluation time "
+        "is not counted in the minutes.",
+        "- GRPO and TRL share the objective: PPO-clip 0.2, token-mean loss (TRL `loss_type=\"dapo\"`), beta 0, one update "
+        "per batch, group-std advantages. Every other row sets only its algorithm (its preset plus the overrides in "
+        "`benchmarks/efficacy.py`); CISPO and SAPO reuse each batch for 2 updates, since with one their gradient is GRPO's "
+        "[inferred]. KDRL's teacher is a GRPO run of the same budget (seed 1000), not counted in KDRL's minutes. TTRL and "
+        "SPINE train without labels on the 55 training prompts (not on the held-out ones, as test-time RL would).",
+        "- Still different between grpokit and TRL: the warm-up shape (grpokit lr x 1/3, 2/3 on steps 1-2; TRL's "
+        "`constant_with_warmup` x 0, 1/2), each library's prompt order (grpokit's follows `data.seed`, fixed with the split, "
+        "so its seeds vary sampling only), sampling code (grpokit's decode loop vs `transformers.generate`), and grpokit "
+        "leaving zero-advantage rows out of the learner (the same update; the optimizer still steps).",
+        "- Mean ± std: sample std over seeds. Curves are linear between evaluations; against minutes a seed holds its final "
+        "accuracy after its last point, against steps the mean stops at the shortest seed. Verdicts: the difference against "
+        "the reference row at equal training minutes, beyond 2 standard errors [inferred rule].", "",
+    ]
+
+
+def report(plan: study.Plan, out: Path) -> tuple[float, str]:
+    """Write ``out/efficacy.md`` and ``out/efficacy/*.png`` from the cache; GRPO vs TRL's time ratio on the demo task."""
+    import _efficacy_report as rep
+    import _efficacy_stats as st
+
+    results = study.load_cached(plan.cache_dir, plan.mode, plan.budget_min, plan.version)
+    path = study.not_run_path(plan)
+    not_run = json.loads(path.read_text()) if path.exists() else {}
+    methods = list(METHODS.values())
+    header = [
+        "# Efficacy study: held-out accuracy per training minute", "",
+        "Generated by `python benchmarks/efficacy.py` from its cached runs; do not edit (`--report-only` regenerates it). "
+        f"Code version `{plan.version}`, mode `{plan.mode}`, {time.strftime('%Y-%m-%d')}.", "",
+    ] + settings_lines(plan)
+    sections = []
+    for task in TASKS.values():
+        figures = rep.plot_task(task.name, results.get(task.name, {}), methods, out / "efficacy")
+        sections.append(rep.task_section(task, results.get(task.name, {}), methods, figures))
+    out.mkdir(parents=True, exist_ok=True)
+    rep.write_markdown(out / "efficacy.md", header, sections, not_run)
+    demo = results.get("demo", {})
+    return st.time_to_trl_accuracy_ratio(demo.get("grpo", []), demo.get("trl", []))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    p.add_argument("--methods", default=",".join(METHODS), help="comma list of " + ",".join(METHODS))
+    p.add_argument("--seeds", default="0,1,2", help="comma list of train.seed values")
+    p.add_argument("--tasks", default=",".join(TASKS), help="comma list of " + ",".join(TASKS))
+    p.add_argument("--budget-min", type=float, help=f"training minutes per run (default {STUDY.budget_min:g}; dry run {DRY.budget_min:g})")
+    p.add_argument("--eval-every", type=int, help=f"held-out evaluation every N steps (default {STUDY.eval_every}; dry run {DRY.eval_every})")
+    p.add_argument("--device", default="cpu", help="model.device of both sides (cpu, cuda)")
+    p.add_argument("--cache-dir", type=Path, default=Path(__file__).resolve().parent / ".efficacy_cache")
+    p.add_argument("--out", type=Path, help="folder of efficacy.md and efficacy/*.png (default docs/; dry run: <cache>/report)")
+    p.add_argument("--code-version", help="cache results under this version instead of the checkout's commit (+ source hash)")
+    p.add_argument("--timeout-min", type=float, help="minutes a run may take in all (default 3 x budget + 15; dry run 3)")
+    p.add_argument("--report-only", action="store_true", help="regenerate the report from the cache, run nothing")
+    p.add_argument("--probe", action="store_true", help="print the base model's held-out accuracy on the candidate tasks")
+    p.add_argument("--dry-run", action="store_true", help="tiny random model and sizes, seconds per run, same code path")
+    p.add_argument("--_child", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def make_plan(a: argparse.Namespace) -> study.Plan:
+    sizes = DRY if a.dry_run else STUDY
+    split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
+    methods, tasks = split(a.methods), split(a.tasks)
+    for kind, names, table in (("method", methods, METHODS), ("task", tasks, TASKS)):
+        bad = [n for n in names if n not in table]
+        if bad:
+            raise SystemExit(f"efficacy: unknown {kind}(s) {bad}; choose from {', '.join(table)}")
+    if a.dry_run:
+        from grpokit.testing import save_tiny_model
+
+        folder = a.cache_dir / "dry-model"
+        if not (folder / "config.json").exists():
+            save_tiny_model(folder, seed=0)
+        sizes = dataclasses.replace(sizes, model=str(folder))
+    budget = a.budget_min if a.budget_min is not None else sizes.budget_min
+    timeout_min = a.timeout_min if a.timeout_min is not None else (3.0 if a.dry_run else 3 * budget + 15)
+    return study.Plan(
+        mode="dry" if a.dry_run else "study", tasks=tasks, methods=methods, seeds=[int(s) for s in split(a.seeds)],
+        budget_min=budget, eval_every=a.eval_every or sizes.eval_every, device=a.device, cache_dir=a.cache_dir,
+        timeout_s=60 * timeout_min, version=a.code_version or study.code_version(), sizes=sizes, method_table=METHODS,
+        task_table=TASKS, build_config=build_config, script=str(Path(__file__).resolve()),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="efficacy %(asctime)s %(message)s", datefmt="%H:%M:%S")
+    for name in ("transformers", "datasets", "trl", "accelerate", "grpokit"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    if a._child:
+        child_main(json.loads(a._child))
+        return 0
+    plan = make_plan(a)
+    if a.probe:
+        probe(plan)
+        return 0
+    if not a.report_only:
+        study.run_study(plan)
+    out = a.out or (plan.cache_dir / "report" if a.dry_run else Path(__file__).resolve().parents[1] / "docs")
+    ratio, why = report(plan, out)
+    print(f"report: {out / 'efficacy.md'}")
+    print(why)
+    print(f"time_to_trl_accuracy_ratio={ratio:.3f}" if ratio == ratio else "time_to_trl_accuracy_ratio=nan")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

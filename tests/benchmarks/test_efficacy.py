@@ -1,0 +1,189 @@
+"""benchmarks/efficacy.py: its statistics by hand, the shared task's settings, and the whole study path in --dry-run."""
+
+import importlib.util
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import _efficacy_stats as st  # noqa: E402
+import efficacy  # noqa: E402
+
+HAS_TRL = importlib.util.find_spec("trl") is not None
+
+
+def run(minutes, accuracies, steps=None):
+    """A run record with evaluations at ``minutes`` (steps 0, 1, 2, ... unless given)."""
+    steps = steps or list(range(len(minutes)))
+    evals = [{"step": s, "minutes": m, "accuracy": a} for s, m, a in zip(steps, minutes, accuracies)]
+    return {"evals": evals, "steps": [], "train_minutes": minutes[-1], "n_steps": steps[-1]}
+
+
+# ------------------------------------------------------------------------------- statistics
+def test_mean_curve_is_exact_at_the_union_of_points_and_holds_final_values_against_minutes():
+    a, b = ([0.0, 1.0, 2.0], [0.5, 0.7, 0.9]), ([0.0, 1.5], [0.5, 0.8])
+    xs, mean, std = st.mean_curve([a, b], hold=True)
+    # x = 1: a 0.7, b 0.5 + 0.3 * 1/1.5 = 0.7; x = 1.5: a 0.7 + 0.2 * 0.5 = 0.8, b 0.8;
+    # x = 2: a 0.9, b holds 0.8 -> 0.85, sample std sqrt(2 * 0.05^2 / 1) = 0.0707107
+    assert xs == [0.0, 1.0, 1.5, 2.0]
+    assert mean == pytest.approx([0.5, 0.7, 0.8, 0.85], abs=1e-12)
+    assert std[-1] == pytest.approx(0.05 * math.sqrt(2), abs=1e-12)
+    xs, mean, _ = st.mean_curve([a, b], hold=False)  # against steps: up to the shortest curve only
+    assert xs == [0.0, 1.0, 1.5] and mean == pytest.approx([0.5, 0.7, 0.8], abs=1e-12)
+
+
+def test_first_reach_interpolates_inside_the_crossing_segment():
+    # 0.75 lies between 0.7 (x = 1) and 0.8 (x = 1.5): 1 + 0.5 * 0.05 / 0.1 = 1.25
+    assert st.first_reach([0.0, 1.0, 1.5, 2.0], [0.5, 0.7, 0.8, 0.85], 0.75) == pytest.approx(1.25, abs=1e-12)
+    assert st.first_reach([0.0, 1.0], [0.5, 0.7], 0.75) is None
+    assert st.first_reach([0.0, 1.0], [0.8, 0.7], 0.75) == 0.0
+
+
+def test_time_to_trl_accuracy_ratio_by_hand():
+    # TRL finals 0.9 and 0.8 -> target 0.85. TRL's mean curve: at 3 min (0.825 + 0.8) / 2 = 0.8125, at 4 min
+    # (0.9 + 0.8 held) / 2 = 0.85 -> reached at 4.0. grpokit's: 0.6 -> (1.0 + 0.8) / 2 = 0.9 over [0, 2]:
+    # reached at 2 * 0.25 / 0.3 = 1.6667 -> ratio 4 / 1.6667 = 2.4
+    trl = [run([0.0, 4.0], [0.6, 0.9]), run([0.0, 3.0], [0.6, 0.8])]
+    grpo = [run([0.0, 2.0], [0.6, 1.0]), run([0.0, 2.0], [0.6, 0.8])]
+    ratio, why = st.time_to_trl_accuracy_ratio(grpo, trl)
+    assert ratio == pytest.approx(2.4, abs=1e-9), why
+    # grpokit peaking at (0.8 + 0.8) / 2 = 0.8 never reaches 0.85: nan and the reason
+    ratio, why = st.time_to_trl_accuracy_ratio([run([0.0, 2.0], [0.6, 0.8])] * 2, trl)
+    assert math.isnan(ratio) and "never reaches" in why and "80.0%" in why
+    assert math.isnan(st.time_to_trl_accuracy_ratio(grpo, [])[0])
+
+
+def test_compare_at_equal_minutes_and_the_two_standard_error_verdict():
+    # equal minute = the shortest run, 1.0: method 0.5 + 0.4 / 2 = 0.7 and 0.5 + 0.2 / 2 = 0.6 (mean 0.65,
+    # std 0.0707); reference 0.6, 0.6 (std 0). delta 0.05, SE sqrt(0.005 / 2 + 0) = 0.05
+    a = [run([0.0, 2.0], [0.5, 0.9]), run([0.0, 2.0], [0.5, 0.7])]
+    b = [run([0.0, 1.0], [0.5, 0.6]), run([0.0, 1.0], [0.5, 0.6])]
+    cmp = st.compare(a, b)
+    assert cmp["minutes"] == 1.0
+    assert (cmp["a"], cmp["b"], cmp["delta"], cmp["se"]) == pytest.approx((0.65, 0.6, 0.05, 0.05), abs=1e-12)
+    assert st.verdict("better", cmp).startswith("not shown")  # 0.05 < 2 SE = 0.1
+    assert st.verdict("match", cmp).startswith("shown")  # 0.05 >= -0.1
+    assert st.verdict("better", {**cmp, "delta": -0.15}).startswith("contradicted")
+    assert st.verdict("better", st.compare(a[:1], b)).startswith("no verdict")
+    # against its own start (paired): gains 0.4 and 0.2 -> mean 0.3, SE 0.1414 / sqrt(2) = 0.1
+    gain = st.compare(a, None)
+    assert (gain["delta"], gain["se"]) == pytest.approx((0.3, 0.1), abs=1e-12)
+    assert st.verdict("gain", gain).startswith("shown")
+
+
+# ------------------------------------------------------------------------------- the shared task
+def test_the_demo_task_is_trls_reference_task_on_both_sides():
+    from _trl_side import grpo_config_kwargs
+
+    cfg = efficacy.build_config(efficacy.METHODS["trl"], efficacy.TASKS["demo"], 3, efficacy.STUDY, "/tmp/x", "cpu")
+    d, r, o, a = cfg.data, cfg.rollout, cfg.optim, cfg.algorithm
+    assert d.task_options["template"] == "What is {a} {op} {b}? Answer with just the number." and d.system_prompt is None
+    assert (d.n_train, d.n_heldout, d.seed, r.group_size, r.prompts_per_step, r.max_new_tokens, r.temperature) == (55, 200, 0, 8, 4, 32, 0.8)
+    assert (o.lr, o.schedule, o.warmup_steps, a.aggregation, a.beta, cfg.model.lora.enabled, cfg.train.seed) == (
+        2e-5, "constant", 2, "token_mean", 0.0, False, 3)
+    trl = grpo_config_kwargs(cfg)
+    assert {k: trl[k] for k in ("loss_type", "lr_scheduler_type", "warmup_steps", "beta", "epsilon", "epsilon_high",
+                                "num_generations", "max_completion_length", "temperature", "scale_rewards", "seed")} == {
+        "loss_type": "dapo", "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 2, "beta": 0.0, "epsilon": 0.2,
+        "epsilon_high": 0.2, "num_generations": 8, "max_completion_length": 32, "temperature": 0.8,
+        "scale_rewards": "group", "seed": 3}
+    dapo = efficacy.build_config(efficacy.METHODS["dapo"], efficacy.TASKS["demo"], 0, efficacy.STUDY, "/tmp/x", "cpu")
+    with pytest.raises(ValueError, match="algorithm.dynamic_sampling"):
+        grpo_config_kwargs(dapo)  # TRL has no dynamic sampling: refused, never silently another method
+
+
+@pytest.mark.skipif(not HAS_TRL, reason="TRL (the bench extra) is not installed")
+def test_trl_sees_the_prompt_text_grpokit_renders():
+    from trl.data_utils import maybe_apply_chat_template
+
+    from _trl_side import trl_dataset
+    from grpokit.data.chat import render_prompt
+    from grpokit.testing import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    row = {"prompt": "What is 3 + 4? Answer with just the number.", "answer": "7"}
+    trl_row = trl_dataset([row], None)[0]
+    assert maybe_apply_chat_template(trl_row, tok)["prompt"] == render_prompt(tok, row["prompt"], None)
+    assert trl_row["answer"] == "7"
+
+
+def test_every_row_of_the_method_table_loads_at_this_code_version():
+    from grpokit.trainer.inputs import check_run
+
+    for m in efficacy.METHODS.values():
+        assert m.ref in efficacy.METHODS or m.ref == "before", m.name
+        assert not m.claim or "arXiv " in m.paper, m.name  # title + arXiv id for every claim
+        teacher = str(ROOT / "tests") if m.needs_teacher else None  # any folder that is not the student's model
+        cfg = efficacy.build_config(m, efficacy.TASKS["demo"], 0, efficacy.STUDY, "/tmp/x", "cpu", teacher)
+        if not m.needs_teacher:
+            check_run(cfg)
+        assert (cfg.rollout.temperature, cfg.optim.lr, cfg.data.n_train) == (0.8, 2e-5, 55), m.name  # the task's, not the preset's
+
+
+def test_probe_scores_a_candidate_task_with_its_own_reward_and_judge(tmp_path):
+    import dataclasses
+
+    import _efficacy_child as child
+    from grpokit.testing import tiny_model_and_tokenizer
+
+    sizes = dataclasses.replace(efficacy.DRY, model=str(tmp_path))
+    countdown = efficacy.PROBE_TASKS["countdown3"]
+    cfg = efficacy.build_config(efficacy.METHODS["grpo"], countdown, 0, sizes, str(tmp_path), "cpu")
+    assert [r.name for r in cfg.rewards] == ["countdown_equation"] and cfg.eval.accuracy_reward == "countdown_equation"
+    assert cfg.data.task_options == {"num_count": 3, "max_number": 9}  # the demo's arithmetic options replaced whole
+    result = child.probe_task(*tiny_model_and_tokenizer(seed=0), cfg)
+    assert result["n"] == 16 and 0.0 <= result["accuracy"] <= 1.0
+    with pytest.raises(ValueError, match="label-free"):  # no majority-vote answer on countdown
+        efficacy.build_config(efficacy.METHODS["ttrl"], countdown, 0, sizes, str(tmp_path), "cpu")
+
+
+# ------------------------------------------------------------------------------- the whole path
+def study(tmp_path, *args):
+    cmd = [sys.executable, "benchmarks/efficacy.py", "--dry-run", "--tasks", "demo", "--budget-min", "5",
+           "--code-version", "test", "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "docs"), *args]
+    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300,
+                          env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert re.fullmatch(r"time_to_trl_accuracy_ratio=(nan|\d+\.\d{3})", proc.stdout.strip().splitlines()[-1]), proc.stdout
+    return proc
+
+
+def test_dry_run_study_trains_caches_resumes_and_reports(tmp_path):
+    study(tmp_path, "--methods", "grpo,trl,kdrl", "--seeds", "0")
+    cache = tmp_path / "cache"
+    runs = {m: json.loads((cache / f"dry__demo__{m}__seed0__5min__test.json").read_text())
+            for m in ("grpo", "kdrl") + (("trl",) if HAS_TRL else ())}
+    # KDRL's teacher: a GRPO run folder with its final checkpoint, cached once
+    assert list((cache / "teachers" / "dry__demo__teacher__seed1000__5min__test" / "checkpoints").glob("step-6"))
+    for name, r in runs.items():
+        # the 6-step cap ends the run (the 5-minute budget does not): evaluations at 0, 2, 4, 6
+        assert [e["step"] for e in r["evals"]] == [0, 2, 4, 6] and r["n_steps"] == 6, name
+        minutes = [s["minutes"] for s in r["steps"]]
+        assert minutes == sorted(minutes) and 0 < minutes[0] and minutes[-1] < 5, name
+        assert [e["minutes"] for e in r["evals"][1:]] == [minutes[1], minutes[3], minutes[5]], name
+        assert all(s["completion_len"] is not None and s["zero_var_frac"] is not None for s in r["steps"]), name
+    # the learning rate each step used: grpokit warms up as (step + 1) / 3 x 2e-5, TRL's constant_with_warmup as step / 2
+    assert [s["lr"] for s in runs["grpo"]["steps"][:3]] == pytest.approx([2e-5 / 3, 4e-5 / 3, 2e-5], rel=1e-6)
+    if HAS_TRL:
+        assert [s["lr"] for s in runs["trl"]["steps"][:3]] == pytest.approx([0.0, 1e-5, 2e-5], rel=1e-6)
+    # a rerun finds everything cached and runs nothing
+    again = study(tmp_path, "--methods", "grpo,trl,kdrl", "--seeds", "0")
+    assert "running " not in again.stderr and "seed(s) [0] cached" in again.stderr
+    # --report-only regenerates the report and its figures from the cache
+    doc = tmp_path / "docs" / "efficacy.md"
+    doc.unlink()
+    study(tmp_path, "--report-only")
+    text = doc.read_text()
+    assert "| GRPO | 1 |" in text and "| KDRL | 1 |" in text and "time_to_trl_accuracy_ratio=" in text
+    assert ("| TRL GRPOTrainer (GRPO) | 1 |" in text) == HAS_TRL
+    assert "**DAPO** (DAPO: An Open-Source LLM Reinforcement Learning System at Scale, arXiv 2503.14476)" in text
+    for name in ("demo_grpo_vs_trl.png", "demo_methods.png", "demo_diagnostics.png"):
+        assert (tmp_path / "docs" / "efficacy" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
