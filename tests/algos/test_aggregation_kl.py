@@ -7,7 +7,7 @@ from grpokit.registry import call_with
 
 
 def toy():
-    # seq 1: length 1, loss 1; seq 2: length 3, losses 0 (spec §0 toy)
+    # seq 1: length 1, loss 1; seq 2: length 3, losses 0 (hand toy)
     loss = torch.tensor([[1.0, 9.0, 9.0], [0.0, 0.0, 0.0]])
     mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
     return loss, mask

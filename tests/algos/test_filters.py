@@ -6,7 +6,7 @@ from grpokit.algos.filters import FILTERS
 
 
 def test_dynamic_sampling_drops_zero_variance_groups():
-    # DAPO spec: [1,1,1,1] dropped, [1,0,0,0] kept; an all-wrong group [0,0,0,0] is dropped too.
+    # DAPO (arXiv 2503.14476, §3.2): [1,1,1,1] dropped, [1,0,0,0] kept; an all-wrong group [0,0,0,0] is dropped too.
     # Rows are interleaved (group ids not contiguous).
     g = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2])
     r = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0])

@@ -1,4 +1,4 @@
-"""Hand-computed values and spec properties of cispo, reg_grpo, humanline and grpo_verif."""
+"""Hand-computed values and the papers' properties of cispo, reg_grpo, humanline and grpo_verif."""
 
 import math
 

@@ -43,7 +43,7 @@ def test_all_is_the_mask():
 
 
 def test_lambda_grpo_toy_trie_weights():
-    # spec toy: [a,b,c], [a,b,d], [a,e] -> [[1/3, 1/2, 1], [1/3, 1/2, 1], [1/3, 1]]
+    # toy group: [a,b,c], [a,b,d], [a,e] -> [[1/3, 1/2, 1], [1/3, 1/2, 1], [1/3, 1]]
     # ("a" is shared by all 3, "a b" by 2; group 1 shares nothing -> weights = mask)
     ids, mask, g = _toy_trie()
     w, m = TOKEN_WEIGHTS.get("lambda_grpo")(mask, completion_ids=ids, group_ids=g)
@@ -66,7 +66,7 @@ def test_lambda_grpo_duplicates_and_pad_equal_to_eos():
 
 
 def test_lambda_grpo_node_coefficient_equals_node_advantage():
-    # For every trie node λ: sum_{i in λ} w_it Â_i = (1/|λ|) sum_{i in λ} Â_i = Â(λ) (spec §3.2)
+    # For every trie node λ: sum_{i in λ} w_it Â_i = (1/|λ|) sum_{i in λ} Â_i = Â(λ) (λ-GRPO, arXiv 2509.21154)
     torch.manual_seed(0)
     ids = torch.randint(0, 2, (6, 4))  # binary vocab -> many shared prefixes
     mask = torch.ones(6, 4)

@@ -80,8 +80,9 @@ def test_normalize_sum_restores_a_weight_that_group_normalisation_cancels():
     assert adv.tolist() == pytest.approx([0.565685, -0.565685, 0.141421, -0.141421], abs=1e-5)
 
 
-def test_spec7_weight_scaling_shift_and_one_hot():
-    # spec variants-a §7: scaling all weights by c > 0, or shifting one aspect, leaves GRPO advantages unchanged
+def test_weight_scaling_shift_and_one_hot():
+    # Safe multi-objective GRPO (arXiv 2503.21819), R = sum_k w_k f_k: scaling all weights by c > 0, or
+    # shifting one aspect, leaves GRPO advantages unchanged
     gen = torch.Generator().manual_seed(0)
     scores = torch.rand(8, 4, generator=gen)
     ids = torch.arange(8) // 4
@@ -156,7 +157,7 @@ def test_meta_reward_cancels_under_grpo_std_but_not_with_normalize_and_mean_only
     state.observe([1, 2])  # m = 1.94604
     unscaled, _ = grpo_advantage(COMBINERS.get("fixed")(scores, ids, weights=[0.5, 0.5])[0], ids)
     scaled, _ = grpo_advantage(COMBINERS.get("hypervolume")(scores, ids, weights=[0.5, 0.5], state=state)[0], ids)
-    assert torch.allclose(unscaled, scaled, atol=1e-5)  # the spec's caveat: m cancels
+    assert torch.allclose(unscaled, scaled, atol=1e-5)  # m cancels in the z-score (up to eps)
     norm = COMBINERS.get("normalize_sum")(scores, ids, weights=[0.5, 0.5])[0]
     kept = COMBINERS.get("hypervolume")(scores, ids, weights=[0.5, 0.5], state=state, normalize=True)[0]
     a, _ = grpo_advantage(norm, ids, scale="none")

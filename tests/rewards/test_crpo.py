@@ -1,4 +1,4 @@
-"""Tests for the Clinical-R1 CRPO rule rewards, with the spec's hand values (variants-b §3)."""
+"""Tests for the Clinical-R1 CRPO rule rewards (arXiv 2512.00601), hand values from the authors' reward code."""
 
 import pytest
 

@@ -30,7 +30,7 @@ def test_majority_vote_label_free():
 
 
 def test_majority_vote_tie_breaks_by_first_occurrence():
-    # 4 and 3 both get 2 votes; 4 occurs first -> a* = 4 (spec §8.1, first occurrence)
+    # 4 and 3 both get 2 votes; 4 occurs first -> a* = 4 (tie-break by first occurrence [inferred])
     fn = REWARDS.get("majority_vote")
     completions = ["= 4", "= 3", "= 3", "= 4"]
     assert fn(["q"] * 4, completions, group_ids=[0] * 4) == [1.0, 0.0, 0.0, 1.0]
@@ -185,7 +185,7 @@ def test_dpp_relevance_hand_computed():
 
 
 def test_dpp_sequential_gains_sum_to_log_det():
-    # chain rule of log-det: sum of successive gains = log det(L + I) (spec variants-b §5)
+    # chain rule of log-det: sum of successive gains = log det(L + I) (DPP-GRPO, arXiv 2511.20647)
     gen = torch.Generator().manual_seed(0)
     vecs = torch.randn(5, 4, generator=gen, dtype=torch.float64)
     texts = [str(i) for i in range(5)]

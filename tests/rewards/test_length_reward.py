@@ -1,4 +1,4 @@
-"""INTELLECT-2 length penalty ``length_target``: r = r_task − 3e-4·|L* − L| (variants-b §8)."""
+"""INTELLECT-2 length penalty ``length_target``: r = r_task − 3e-4·|L* − L| (arXiv 2505.07291, §3)."""
 
 import pytest
 

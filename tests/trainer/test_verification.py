@@ -1,4 +1,4 @@
-"""GRPO-Verif's verification rollout (variants-a §10)."""
+"""GRPO-Verif's verification rollout ("From Solving to Verifying", arXiv 2511.15137)."""
 
 import pytest
 import torch
@@ -18,7 +18,7 @@ def test_parse_verdict(text, verdict):
 
 
 def test_verification_rewards_spec_example():
-    # spec §10: solutions [correct, incorrect], verdicts [correct, correct] -> rewards [+1, -1]
+    # paper's reward rule: solutions [correct, incorrect], verdicts [correct, correct] -> rewards [+1, -1]
     assert verification_rewards([True, True], [True, False]).tolist() == [1.0, -1.0]
     assert verification_rewards([None], [True]).tolist() == [-1.5]
 

@@ -143,7 +143,7 @@ def rloo_advantage(
     Equivalently ``A_i = n_g / (n_g - 1) · (R_i - mean_g)``; sums to 0 in every group.
     Shapes: rewards, group_ids, adv ``[B]``. Ahmadian et al., "Back to Basics: Revisiting
     REINFORCE Style Optimization for Learning from Human Feedback in LLMs", arXiv 2402.14740;
-    the advantage of ESPO (arXiv 2512.03759, spec variants-b §11), whose optional division by the
+    the advantage of ESPO (arXiv 2512.03759; authors' code ML-GSAI/ESPO), whose optional division by the
     group std (``scale_rewards``, default off; ESPO's eps 1e-4) is ``divide_by_std``.
     Zero-variance groups get exactly 0. A singleton group raises unless
     ``allow_singleton_groups`` (then A = R, as verl's RLOO).
@@ -295,8 +295,8 @@ def drpo_advantage(
     ``state``: the persistent :class:`DRPOState`, updated in place (the trainer keeps and
     checkpoints it); ``None`` uses a fresh state, i.e. only this batch's questions. Rewards are
     assumed in [0, 1]. All groups must have the same size G. [inferred] options:
-    ``sort_group_rewards``, ``max_history`` (see the factor function); ``k_max`` is 10 per the
-    spec (one version of the authors' code uses 20).
+    ``sort_group_rewards``, ``max_history`` (see the factor function); ``k_max`` is 10 as in the
+    authors' code (one version of it uses 20).
     """
     keys = _row_domains(domains, rewards.shape[0])
     state = DRPOState() if state is None else state

@@ -1,7 +1,7 @@
 """QoQ-Med DRPO: per-domain question clustering and the hierarchical advantage scale factor.
 
 Dai, Chen, Ekbote, Liang, "QoQ-Med: Building Multimodal Clinical Foundation Models with
-Domain-Aware GRPO Training", arXiv 2506.00711 (spec: variants-b §2; authors' code
+Domain-Aware GRPO Training", arXiv 2506.00711 (the steps follow the authors' code
 ``verl/trainer/core_algos.py::compute_drpo_outcome_advantage``).
 
 The registered advantage lives in :mod:`grpokit.algos.advantages` (``"drpo"``); this module
@@ -144,10 +144,10 @@ def drpo_scale_factors(
     """DRPO scale factor per question ``f_q = max(T_d · sqrt(N_c) · μ_c, eps)``, ``[Q]``; updates ``state``.
 
     ``vectors [Q, G]`` are this step's question reward vectors, ``domains`` their domains (len Q).
-    Steps (variants-b §2): append the vectors to ``V_d`` (the current step counts), cluster every
-    domain present, ``T_d = max(sqrt(N_d) · μ_d, eps)`` with ``N_d = |V_d|``; a question's cluster
-    is the label of its own (just appended) row.
-    The final clamp ``f ≥ eps`` is the spec's fix for ``μ_c ≤ 0`` (absent from the authors' code).
+    Steps (as the authors' code): append the vectors to ``V_d`` (the current step counts), cluster
+    every domain present, ``T_d = max(sqrt(N_d) · μ_d, eps)`` with ``N_d = |V_d|``; a question's
+    cluster is the label of its own (just appended) row.
+    [inferred] The final clamp ``f ≥ eps`` is our fix for ``μ_c ≤ 0`` (absent from the authors' code).
     [inferred] ``sort_group_rewards``: sort each vector first, making the point independent of the
     (exchangeable) rollout order; off by default as in the authors' code.
     [inferred] ``max_history``: keep only the newest rows per domain; ``N_d`` is then the kept count.

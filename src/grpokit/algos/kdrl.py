@@ -20,7 +20,7 @@ def kdrl_coefficient(step: int, *, beta_0: float = 5e-3, beta_min: float = 1e-3,
     """KDRL's distillation coefficient beta_t = max(beta_min, beta_0 - kappa * t) (constant beta_0 when kappa = 0).
 
     arXiv 2506.02208. beta_0 = 5e-3 -> beta_min = 1e-3 are [recalled]; kappa was not recovered:
-    kappa = (beta_0 - beta_min) / S reaches beta_min at step S (the spec suggests S ~ half the run).
+    kappa = (beta_0 - beta_min) / S reaches beta_min at step S (S ~ half the run is an [inferred] choice).
     """
     if kappa == 0.0:
         return beta_0

@@ -61,7 +61,7 @@ def span_ratio(inp: "LossInputs") -> torch.Tensor:
 
     Thinkquel ("A Model Dedicated to Text-to-dbt Using Synthetic Data and a Span-Aware
     Objective", arXiv 2510.00186). ``inp.plan_mask [B, T]`` marks planning tokens; every other
-    token of ``mask`` is answer span (tokens in neither span count as answer, the spec's
+    token of ``mask`` is answer span (tokens in neither span count as answer, an [inferred]
     default) and gets s^S_i = exp((1/|S_i|) sum_{t in S_i} (l_it - l^old_it)) in GSPO-token
     form. Without a ``plan_mask`` this is the 'sequence' ratio.
     """

@@ -1,11 +1,12 @@
 """SHARDCAST: versioned, checksummed weight broadcast from the learner to rollout workers.
 
-INTELLECT-2 (arXiv 2505.07291, §3.3) shards each checkpoint, serves the shards over a tree of
-HTTP relays, and has every inference worker verify a SHA-256 checksum before it switches to the
-new version. Here the relay tree is Ray's object store: the learner ``ray.put``s each shard and
-publishes a :class:`Manifest` ``{version, shards: [(ref, sha256, nbytes)]}``; a worker loads a
-version only when every shard verifies, and otherwise keeps its old weights (and reports the old
-version with its batches, so the learner's staleness bound still holds).
+INTELLECT-2 (arXiv 2505.07291, §2, Training Infrastructure) shards each checkpoint, serves the
+shards over a tree of HTTP relays, and has every inference worker verify a SHA-256 checksum before
+it switches to the new version. Here the relay tree is Ray's object store: the learner
+``ray.put``s each shard and publishes a :class:`Manifest`
+``{version, shards: [(ref, sha256, nbytes)]}``; a worker loads a version only when every shard
+verifies, and otherwise keeps its old weights (and reports the old version with its batches, so
+the learner's staleness bound still holds).
 
 What is broadcast: the full ``state_dict`` of a full fine-tune, or only the LoRA adapter
 weights when the model has ``peft_config`` (the frozen base is loaded by each worker from

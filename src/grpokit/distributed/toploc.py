@@ -1,10 +1,11 @@
 """TOPLOC-style verification of rollouts produced by untrusted workers.
 
-TOPLOC (arXiv 2501.16007), as used by INTELLECT-2 (arXiv 2505.07291, §3.4): while generating, a
-worker commits to the top-k entries (by magnitude) of the final hidden state of its generated
-tokens; a validator re-runs one prefill over prompt + completion with the claimed weights and
-accepts only if its own activations reproduce the commitment. A worker that changes tokens
-after generating, or samples with other weights, cannot produce a commitment that verifies.
+TOPLOC (arXiv 2501.16007), as used by INTELLECT-2 (arXiv 2505.07291, §2, Training
+Infrastructure): while generating, a worker commits to the top-k entries (by magnitude) of the
+final hidden state of its generated tokens; a validator re-runs one prefill over prompt +
+completion with the claimed weights and accepts only if its own activations reproduce the
+commitment. A worker that changes tokens after generating, or samples with other weights, cannot
+produce a commitment that verifies.
 
 Simplifications, each said once: the commitment stores the (index, float32 value) pairs
 themselves instead of TOPLOC's polynomial encoding of bf16 values (a few KiB per batch here);

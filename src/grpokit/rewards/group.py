@@ -4,7 +4,7 @@ A group reward is called like a sample reward plus ``group_ids`` (rows with equa
 completions of one prompt; ``None`` = one group) and carries ``fn.group_level = True`` so that
 ``score_completions`` passes the ids and never retries it sample by sample. Options given as
 strings (from a YAML config) name a built-in ("number", "length", "hashing", …) or a
-``"module:function"`` / ``"file.py:function"`` callable. Choices the spec marks [inferred] are
+``"module:function"`` / ``"file.py:function"`` callable. Choices the papers do not fix ([inferred]) are
 options, and each docstring says which.
 """
 
@@ -314,7 +314,7 @@ def dpp(
     ``gain="novelty"`` [inferred option] returns ``L_pp − k_pᵀ(L_R + εI)⁻¹k_p`` with ε = 1e-3 by
     default: the squared distance of φ(p) from span(R), ≈0 for a duplicate, 1 for orthogonal.
     Reference set R (``reference``): "column" = the row's ``reference_set`` list of texts (the
-    paper's curated variants); "group" [inferred, spec option] = the other G−1 completions
+    paper's curated variants); "group" [inferred option] = the other G−1 completions
     (leave-one-out); "sequential" = completions before it in the group.
     Relevance ``R_rel(p) = cos(p, q) · mean_{g∈R} cos(p, g)`` with q = the ``query`` column, else
     the prompt ([inferred] = cos(p, q) when R is empty); overridden by a ``relevance`` column or

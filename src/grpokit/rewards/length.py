@@ -1,8 +1,9 @@
 """INTELLECT-2 length control: a penalty for missing a target completion length.
 
 Prime Intellect Team, "INTELLECT-2: A Reasoning Model Trained Through Globally Decentralized
-Reinforcement Learning", arXiv 2505.07291 (prime-rl ``inference/rewards.py``, "exact" mode;
-variants-b §8 item 1). A target length L* is stated in the prompt and the total reward is
+Reinforcement Learning", arXiv 2505.07291, §3 (Training Recipe; the authors' prime-rl
+``inference/rewards.py``, "exact" mode). A target length L* is stated in the prompt and the
+total reward is
 
     r = r_task − coef · |L* − L|,    coef = 3e-4,
 

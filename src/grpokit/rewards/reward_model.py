@@ -7,7 +7,7 @@ and one linear head per aspect (``W ∈ ℝ^{K×H}``).
 - Regression (Li et al., "Optimizing Safe and Aligned Language Generation: A Multi-Objective GRPO
   Approach", arXiv 2503.21819): K aspects, loss ``mean_k (f_k − z_k)²`` on targets standardised
   with the training mean/std (undone when scoring); the scalar reward is ``Σ_k w_k s_k`` with
-  ``w_k = 1/K`` by default [inferred in the spec].
+  ``w_k = 1/K`` by default [inferred].
 - Pairwise (Bradley–Terry, used as a judge for Pref-GRPO, Wang et al., arXiv 2508.20751): K = 1,
   loss ``−log σ(s(x, y_chosen) − s(x, y_rejected))``; ``rm_prefer`` returns ``σ(s_a − s_b)``.
 

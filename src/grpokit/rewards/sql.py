@@ -3,7 +3,7 @@
 Rewards for "Sparks of Tabular Reasoning via Text2SQL Reinforcement Learning" (Stoisser et al.,
 arXiv 2505.00016) and the reward parts of Thinkquel (Li et al., arXiv 2510.00186):
 ``r = w_match·sql_execution + w_exec·sql_executes + w_schema·sql_schema_f1 + w_fmt·sql_format``
-with the weights set in the config ([inferred] defaults in the specs: 1.0 / 0.5 / 0.25 / 0.1).
+with the weights set in the config ([inferred] defaults: 1.0 / 0.5 / 0.25 / 0.1; neither paper gives them).
 
 Every query a model writes runs through ``run_sql_readonly``, which layers its defences so that
 no single one has to hold: a lexical check (one SELECT/WITH statement), a read-only URI
@@ -354,6 +354,6 @@ def sql_schema_f1(
 def sql_format(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float | None]:
     """1.0 if the completion contains a closed ```sql code block, else 0.0.
 
-    The format term of the Text2SQL reward; its form is [inferred] (variants-a §9).
+    The format term of the Text2SQL reward (Stoisser et al., arXiv 2505.00016); its form is [inferred].
     """
     return [float(_SQL_BLOCK.search(c) is not None) for c in completions]
