@@ -65,3 +65,14 @@ def test_every_preset_loads():
         load_config(preset=name)
     with pytest.raises(ConfigError, match="unknown preset"):
         load_config(preset="nope")
+
+
+def test_exponent_floats_without_a_dot_are_numbers(tmp_path):
+    """YAML 1.1 reads 1e-6 as the string '1e-6'; a float field takes it as the number (d3cb0f9 refused it)."""
+    cfg = load_config(overrides=["optim.lr=1e-6", "algorithm.beta=4E-2"])
+    assert cfg.optim.lr == 1e-6 and cfg.algorithm.beta == 0.04
+    path = tmp_path / "c.yaml"
+    path.write_text("optim:\n  lr: 5e-5\n")
+    assert load_config(path).optim.lr == 5e-5
+    with pytest.raises(ConfigError, match="optim.lr must be a number"):
+        load_config(overrides=["optim.lr=fast"])

@@ -270,3 +270,16 @@ def test_humanline_reference_survives_a_resume(tiny_cfg, tmp_path):
     resumed = Trainer(tiny_cfg(**common), *tiny_model_and_tokenizer(seed=0))
     assert resumed.resume() and resumed.step == 3
     assert torch.equal(_params(resumed.ref_model), rec.snaps[1]) and torch.equal(_params(resumed.model), rec.snaps[3])
+
+
+def test_lr_schedule_spans_every_update_of_the_run_at_mu_2(tiny_cfg):
+    """The scheduler steps once per optimizer update, so a decay runs over train.steps x mu updates.
+
+    d3cb0f9 built it over train.steps: with mu = 2 a linear decay reached 0 halfway and the second
+    half of the run trained at lr 0. Here lr 1e-3, linear, 4 steps x 2 updates = 8 updates: after
+    step s (2s updates) lr = 1e-3 * (1 - 2s / 8) = 7.5e-4, 5e-4, 2.5e-4, 0.
+    """
+    cfg = tiny_cfg(**{"optim.lr": 1e-3, "optim.schedule": "linear", "algorithm.num_iterations": 2, "train.steps": 4})
+    trainer = Trainer(cfg, *tiny_model_and_tokenizer(seed=0))
+    lrs = [trainer.train_step()["lr"] for _ in range(4)]
+    assert lrs == pytest.approx([7.5e-4, 5e-4, 2.5e-4, 0.0], abs=1e-12)

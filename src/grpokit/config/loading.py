@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import typing
 from importlib import resources
 from pathlib import Path
@@ -110,6 +111,9 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+_EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def _coerce(value: Any, tp: Any, where: str, meta: dict) -> Any:
     origin = typing.get_origin(tp)
     if origin is Union:
@@ -141,6 +145,8 @@ def _coerce(value: Any, tp: Any, where: str, meta: dict) -> Any:
             raise ConfigError(f"{where} must be an integer, got {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str) and _EXPONENT_FLOAT.fullmatch(value.strip()):
+            value = float(value)  # YAML 1.1 reads 1e-6 (no dot) as a string; it is the number the user wrote
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where} must be a number, got {value!r}")
         return float(value)

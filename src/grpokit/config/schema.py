@@ -217,8 +217,8 @@ class OptimConfig:
     lr: float = opt(1e-5, "peak learning rate", gt=0)
     weight_decay: float = opt(0.0, "AdamW weight decay", ge=0)
     betas: list = opt([0.9, 0.99], "AdamW betas")
-    warmup_steps: int = opt(0, "linear warmup steps", ge=0)
-    schedule: str = opt("constant", "learning-rate schedule after warmup", choices=["constant", "cosine", "linear"])
+    warmup_steps: int = opt(0, "linear warmup, in optimizer updates (algorithm.num_iterations per training step)", ge=0)
+    schedule: str = opt("constant", "learning-rate schedule after warmup, over train.steps x algorithm.num_iterations updates", choices=["constant", "cosine", "linear"])
     max_grad_norm: float = opt(1.0, "gradient clipping norm (0 = off)", ge=0)
 
 

@@ -79,7 +79,8 @@ class Trainer:
         self.backend = self.policy.backend
         self.splits.train = setup.filter_train_rows(cfg, self)  # data stages that need the initial policy
         self.optimizer = setup.build_optimizer(self.model, cfg.optim)
-        self.scheduler = setup.build_scheduler(self.optimizer, cfg.optim, cfg.train.steps)
+        # the scheduler steps once per optimizer update: mu = num_iterations of them per training step
+        self.scheduler = setup.build_scheduler(self.optimizer, cfg.optim, cfg.train.steps * cfg.algorithm.num_iterations)
         self.sampler = PromptSampler(self.splits.train, cfg.data.seed)
         if cfg.data.curriculum:
             curriculum = get_registry("curriculum").get(cfg.data.curriculum)(**cfg.data.curriculum_options)
