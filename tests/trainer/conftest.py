@@ -1,6 +1,11 @@
 import pytest
+import torch
 
 from grpokit.config import load_config
+from grpokit.policies.causal_lm import CausalLMPolicy
+from grpokit.rollout.hf import HFBackend
+from grpokit.rollout.types import SamplingParams
+from grpokit.testing import tiny_model_and_tokenizer
 
 
 @pytest.fixture
@@ -26,3 +31,16 @@ def tiny_cfg(tmp_path):
         return load_config(overrides=sets)
 
     return make
+
+
+@pytest.fixture(scope="module")
+def rollout():
+    """(policy, batch): 2 prompts x 4 sampled completions of the tiny model (the accumulation tests' batch)."""
+    torch.manual_seed(0)
+    model, tok = tiny_model_and_tokenizer(seed=0)
+    backend = HFBackend(model, tok)
+    policy = CausalLMPolicy(model, tok, backend)
+    rows = [{"prompt": "ab", "answer": "1"}, {"prompt": "hello there", "answer": "2"}]
+    texts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False, add_generation_prompt=True) for r in rows]
+    batch = backend.generate(texts, rows, 4, SamplingParams(max_new_tokens=6, temperature=1.0))
+    return policy, batch

@@ -24,18 +24,6 @@ class OneLearner:
         return value
 
 
-@pytest.fixture(scope="module")
-def rollout():
-    torch.manual_seed(0)
-    model, tok = tiny_model_and_tokenizer(seed=0)
-    backend = HFBackend(model, tok)
-    policy = CausalLMPolicy(model, tok, backend)
-    rows = [{"prompt": "ab", "answer": "1"}, {"prompt": "hello there", "answer": "2"}]
-    texts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False, add_generation_prompt=True) for r in rows]
-    batch = backend.generate(texts, rows, 4, SamplingParams(max_new_tokens=6, temperature=1.0))
-    return policy, batch
-
-
 def _grads(policy, lb, parts, objective):
     model = policy.module
     model.zero_grad(set_to_none=True)

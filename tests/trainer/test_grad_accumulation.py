@@ -20,18 +20,6 @@ def learn_batch(batch, adv, **fields):
                       behaviour_logp=batch.sampling_logp, **fields)
 
 
-@pytest.fixture(scope="module")
-def rollout():
-    torch.manual_seed(0)
-    model, tok = tiny_model_and_tokenizer(seed=0)
-    backend = HFBackend(model, tok)
-    policy = CausalLMPolicy(model, tok, backend)
-    rows = [{"prompt": "ab", "answer": "1"}, {"prompt": "hello there", "answer": "2"}]
-    texts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False, add_generation_prompt=True) for r in rows]
-    batch = backend.generate(texts, rows, 4, SamplingParams(max_new_tokens=6, temperature=1.0))
-    return policy, batch
-
-
 def grads(policy, batch, micro, aggregation, beta):
     model = policy.module
     model.zero_grad(set_to_none=True)

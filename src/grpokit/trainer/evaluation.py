@@ -48,5 +48,5 @@ def _correct(backend, rows, prompt_texts, judge, batch_size: int, k: int, params
         correct.append((scores.per_reward[judge.name].nan_to_num(0.0) >= 1.0).float().view(-1, k))
         lengths.append(batch.completion_mask.sum(-1).cpu())
     if not correct:
-        return torch.zeros(0, k), torch.zeros(0)
+        return torch.zeros(0, k, device="cpu"), torch.zeros(0, device="cpu")  # host-side metrics, as the lengths above
     return torch.cat(correct), torch.cat(lengths)
