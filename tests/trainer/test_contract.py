@@ -47,12 +47,27 @@ def test_run_without_a_producer_or_with_an_unknown_option_is_refused_in_one_line
     assert expected in str(err.value) and "\n" not in str(err.value)
 
 
-def test_every_preset_passes_the_contract_check():
+def test_every_preset_passes_the_contract_check(tmp_path):
+    """Every preset's methods get their inputs. A preset distilling from a run trained first
+    (KDRL's teacher ``runs/demo``) is checked with that teacher present (a model folder here), and,
+    where the run folder is absent, as on a fresh clone, refused in one line naming the recipe."""
+    from pathlib import Path
+
     from grpokit.config import load_config
     from grpokit.config.loading import preset_names
+    from grpokit.model.loading import EMBEDDED_MODELS
 
+    stand_in = tmp_path / "teacher"
+    stand_in.mkdir()
     for name in preset_names():
-        check_run(load_config(preset=name))
+        cfg = load_config(preset=name)
+        teacher = cfg.model.teacher
+        if teacher and teacher not in EMBEDDED_MODELS and not Path(teacher).exists():
+            with pytest.raises(RunContractError) as err:
+                check_run(cfg)
+            assert "model.teacher" in str(err.value) and "grpokit train --preset demo" in str(err.value)
+            cfg = load_config(preset=name, overrides=[f"model.teacher={stand_in}"])
+        check_run(cfg)
 
 
 def test_cuda_on_a_machine_without_cuda_is_one_line_before_loading(tiny_cfg, no_model_load):
