@@ -192,7 +192,7 @@ def run_study(plan: Plan) -> None:
                     log.error("%s failed: %s", keys[seed], record["failed"])
                     not_run[f"{task}/{name}"] = f"seed {seed} failed: {record['failed']}"
                     continue
-                write_atomic(plan.cache_dir / f"{keys[seed]}.json", {**record, "code_version": plan.version})
+                write_atomic(plan.cache_dir / f"{keys[seed]}.json", {**record, "code_version": plan.version, "ran_on": code_version()})
                 log.info("%s done in %.0f s: held-out accuracy %.3f -> %.3f in %d steps", keys[seed], time.perf_counter() - t,
                          record["evals"][0]["accuracy"], record["evals"][-1]["accuracy"], record["n_steps"])
     write_atomic(path, not_run)
