@@ -21,6 +21,8 @@ _LOCATIONS = {
     "curriculum": ("grpokit.data.curricula", "CURRICULA"),
     "correction": ("grpokit.algos.offpolicy", "CORRECTIONS"),
     "offline_loss": ("grpokit.algos.offline", "OFFLINE_LOSSES"),
+    "environment": ("grpokit.envs", "ENVIRONMENTS"),
+    "tool": ("grpokit.envs.tools", "TOOLS"),
 }
 AXES = tuple(_LOCATIONS)
 

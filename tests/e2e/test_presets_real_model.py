@@ -63,6 +63,8 @@ MECHANISM = {
     "dynamic_weights": [("combiner/influence0", lambda v: v == v), ("combiner/w0", lambda v: v > 0)],
     "sql": [("reward/sql_execution/mean", lambda v: 0 <= v <= 1), ("reward/sql_schema_f1/mean", lambda v: 0 <= v <= 1)],
     "safe_multilabel": [("reward/rm_score/mean", lambda v: v == v)],  # scored by the multi-label reward model
+    "guess_number": [("env/turns", lambda v: v > 1),  # episodes went on after "higher" / "lower"
+                     ("env/observation_tokens", lambda v: v > 0), ("env/valid_guess", lambda v: 0 <= v <= 1)],
     "sft": [("loss", lambda v: v > 0)],
     "dpo": [("rewards/margins", lambda v: v > 0)],  # after 3 steps the chosen completions beat the rejected ones
     "kto": [("rewards/margins", lambda v: v > 0)],

@@ -96,6 +96,19 @@ class RolloutConfig:
 
 
 @dataclass
+class EnvironmentConfig:
+    """Multi-turn episodes: the policy acts in an environment that answers each turn (``grpokit.envs``)."""
+
+    name: Optional[str] = opt(None, "registered environment (see `grpokit list`), 'package.module:Class' or 'file.py:Class'; null = single-turn completions. A data row's `environment` column overrides it")
+    options: dict = opt({}, "keyword arguments of the environment's constructor")
+    max_turns: int = opt(8, "model turns per episode at most (the episode is truncated there)", ge=1)
+    max_episode_tokens: int = opt(512, "tokens after the prompt per episode at most, observations included (rollout.max_new_tokens caps each turn)", ge=1)
+    step_timeout_s: float = opt(30.0, "seconds a reset() or step() may take before its episode fails (0 = no limit)", ge=0)
+    on_error: str = opt("fail_episode", "an environment that raises or times out: end its episode as a failure, or stop the run", choices=["fail_episode", "raise"])
+    observation_role: str = opt("user", "chat role of text observations (a list of messages keeps its own roles)", choices=["user", "tool"])
+
+
+@dataclass
 class RewardConfig:
     """One reward function and its weight in the total reward."""
 
@@ -275,6 +288,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"doc": "policy model"})
     data: DataConfig = field(default_factory=DataConfig, metadata={"doc": "prompts"})
     rollout: RolloutConfig = field(default_factory=RolloutConfig, metadata={"doc": "sampling"})
+    environment: EnvironmentConfig = field(default_factory=EnvironmentConfig, metadata={"doc": "multi-turn environment episodes (off by default)"})
     rewards: list = field(
         default_factory=lambda: [RewardConfig()],
         metadata={"doc": "reward functions (list of {name, weight, kwargs})", "item_type": RewardConfig},

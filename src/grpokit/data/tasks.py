@@ -227,5 +227,62 @@ def sorting(
 
     return _sample_splits("sorting", seed, n_train, n_heldout, draw, enlarge="max_number")
 
+
+
+GUESS_TEMPLATE = "I am thinking of an integer from {lo} to {hi}. Guess it: reply with just one number. I will say higher or lower."
+
+
+@TASKS.register("guess_number")
+def guess_number(seed: int, n_train: int, n_heldout: int, *, min_width: int = 4, max_width: int = 16,
+                 template: str = GUESS_TEMPLATE) -> TaskSplits:
+    """Rows for the ``guess_number`` environment: a range ``[lo, hi]`` (in the prompt) and its secret (``answer``).
+
+    Ranges are ``max_width - min_width + 1`` widths at up to 50 offsets; prompts differ by range.
+    """
+    if not 1 <= min_width <= max_width:
+        raise ValueError(f"task 'guess_number': need 1 <= min_width <= max_width, got {min_width}, {max_width}")
+
+    def draw(rng: random.Random) -> dict:
+        lo = rng.randint(1, 50)
+        hi = lo + rng.randint(min_width, max_width) - 1
+        secret = rng.randint(lo, hi)
+        return {"prompt": template.format(lo=lo, hi=hi), "answer": str(secret), "lo": lo, "hi": hi,
+                "task": "guess_number", "environment": "guess_number"}
+
+    return _sample_splits("guess_number", seed, n_train, n_heldout, draw, enlarge="max_width")
+
+
+WORD_PROBLEMS = (
+    ("A crate holds {a} boxes and each box holds {b} pens. How many pens are in the crate?", "*"),
+    ("A farmer has {a} sheep and buys {b} more. How many sheep does the farmer have now?", "+"),
+    ("A tank holds {a} litres and {b} litres are drained. How many litres are left?", "-"),
+    ("A train travels {b} km every hour for {a} hours. How many km does it travel?", "*"),
+    ("A library had {a} books and received {b} new ones. How many books does it have?", "+"),
+)
+
+
+@TASKS.register("tool_arithmetic")
+def tool_arithmetic(seed: int, n_train: int, n_heldout: int, *, digits: int = 3,
+                    suffix: str = " Use the calculator tool, then give just the number.") -> TaskSplits:
+    """Arithmetic word problems with ``digits``-digit operands, for the ``tools`` environment's calculator.
+
+    Three-digit products are beyond a small model's mental arithmetic, so accuracy measures tool
+    use; the ``answer`` column holds the exact integer.
+    """
+    if digits < 1:
+        raise ValueError(f"task 'tool_arithmetic': option 'digits' must be >= 1, got {digits}")
+
+    def draw(rng: random.Random) -> dict:
+        text, op = rng.choice(WORD_PROBLEMS)
+        a, b = _operand(rng, digits), _operand(rng, max(digits - 1, 1) if op == "*" else digits)
+        if op == "-" and a < b:
+            a, b = b, a
+        result = a * b if op == "*" else a + b if op == "+" else a - b
+        return {"prompt": text.format(a=a, b=b) + suffix, "answer": str(result), "task": "tool_arithmetic",
+                "environment": "tools"}
+
+    return _sample_splits("tool_arithmetic", seed, n_train, n_heldout, draw, enlarge="digits")
+
+
 # Registers "text_to_sql"; imported last because it uses the helpers above.
 from grpokit.data import sql_task  # noqa: E402,F401

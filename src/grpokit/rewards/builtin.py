@@ -263,3 +263,16 @@ from grpokit.rewards import reward_model as _reward_model  # noqa: E402,F401  (r
 from grpokit.rewards import sql as _sql  # noqa: E402,F401  (registers the SQL execution rewards)
 from grpokit.rewards import crpo as _crpo  # noqa: E402,F401  (registers the CRPO rule rewards)
 from grpokit.rewards import length as _length  # noqa: E402,F401  (registers "length_target")
+
+
+@REWARDS.register("env_return")
+def env_return(prompts: list[str], completions: list[str], env_return: Sequence | None = None, **kwargs: Any) -> list[float]:
+    """An environment episode's return: the sum of its step rewards (``grpokit.envs``; needs ``environment.name``)."""
+    return [float(r) for r in _require("env_return", "env_return", env_return, len(completions))]
+
+
+@REWARDS.register("env_info")
+def env_info(prompts: list[str], completions: list[str], *, key: str = "solved", **columns: Any) -> list[float | None]:
+    """The last value an environment reported as ``info[key]`` in an episode (e.g. ``solved``), None where it never did."""
+    column = _require("env_info", f"env_{key}", columns.get(f"env_{key}"), len(completions))
+    return [None if v is None else float(v) for v in column]

@@ -158,6 +158,14 @@ class HFBackend:
             next_pos = next_pos + 1
         return tokens, logps, entropies
 
+    def decode(self, input_ids: torch.Tensor, attention: torch.Tensor, group_size: int, params: SamplingParams):
+        """Sample from left-padded ``input_ids [n, L]``: ids, sampler log-probs, entropies ``[n*group_size, T]`` (pad / 0 after EOS).
+
+        The token-level entry point for callers that build their own contexts (multi-turn
+        episodes); the caller sets train / eval mode.
+        """
+        return self._decode(input_ids, attention, group_size, params)
+
     @torch.no_grad()
     def generate(
         self, prompt_texts: list[str], rows: list[dict], group_size: int, params: SamplingParams

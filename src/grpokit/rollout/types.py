@@ -25,10 +25,15 @@ class RolloutBatch:
     weights_version: the learner step whose weights sampled the batch (-1 = the current weights)
     engine:          what sampled it: 'hf' (the learner's own model in-process) or an inference
                      engine ('vllm'), whose numerics differ from the learner's even at equal weights
+    action_mask:     [B, T] or None. Multi-turn trajectories (``grpokit.envs``): 1 on the tokens the
+                     policy sampled, 0 on the environment's observation and chat-template tokens,
+                     which ``completion_mask`` (the attention mask) still counts
+    episodes:        per row, what an environment episode reported (turns, return, messages), or []
 
-    The learnable units of a text policy are its completion tokens: ``unit_mask`` is
-    ``completion_mask`` and ``behaviour_logp`` is ``sampling_logp`` (the log-probs of the
-    distribution that actually drew each unit, which off-policy corrections compare against).
+    The learnable units of a text policy are its sampled completion tokens: ``unit_mask`` is
+    ``action_mask`` when set, else ``completion_mask``; ``behaviour_logp`` is ``sampling_logp``
+    (the log-probs of the distribution that actually drew each unit, which off-policy
+    corrections compare against; 0 on observation tokens).
     """
 
     prompt_ids: torch.Tensor
@@ -44,11 +49,13 @@ class RolloutBatch:
     rows: list[dict[str, Any]] = field(default_factory=list)
     weights_version: int = -1
     engine: str = "hf"
+    action_mask: Optional[torch.Tensor] = None
+    episodes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def unit_mask(self) -> torch.Tensor:
-        """``[B, U]`` 1 = a learnable unit (here: a generated token)."""
-        return self.completion_mask
+        """``[B, U]`` 1 = a learnable unit (here: a token the policy generated)."""
+        return self.action_mask if self.action_mask is not None else self.completion_mask
 
     @property
     def behaviour_logp(self) -> torch.Tensor:
@@ -79,6 +86,8 @@ class RolloutBatch:
             rows=[self.rows[i] for i in idx],
             weights_version=self.weights_version,
             engine=self.engine,
+            action_mask=self.action_mask[index] if self.action_mask is not None else None,
+            episodes=[self.episodes[i] for i in idx] if self.episodes else [],
         )
         return sub
 
@@ -86,12 +95,17 @@ class RolloutBatch:
         """Per-row data columns (everything but the prompt) as lists, for reward functions.
 
         Plus ``completion_ids``: each row's completion tokens without padding, as TRL passes them
-        to reward functions (it replaces a data column of that name).
+        to reward functions (it replaces a data column of that name); for an environment episode,
+        every token after the prompt (observations included). An episode's own report
+        (``grpokit.envs.episode_columns``: ``env_return``, ``messages``, ``turns``, …) adds one
+        column per key, replacing a data column of the same name.
         """
         keys = {k for row in self.rows for k in row if k != "prompt"}
         cols = {k: [row.get(k) for row in self.rows] for k in sorted(keys)}
         ids, keep = self.completion_ids.cpu(), self.completion_mask.cpu().bool()  # one copy off an accelerator
         cols["completion_ids"] = [row[m].tolist() for row, m in zip(ids, keep)]
+        for key in sorted({k for ep in self.episodes for k in ep}):
+            cols[key] = [ep.get(key) for ep in self.episodes]
         return cols
 
 
@@ -173,6 +187,7 @@ def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
         offsets.append(total)
         total += int(b.group_ids.max()) + 1 if len(b) else 0
     has_entropy = all(b.entropy is not None for b in batches)
+    multi_turn = any(b.action_mask is not None for b in batches)
     return RolloutBatch(
         prompt_ids=torch.cat([_pad_to(b.prompt_ids, p, pad_id, True) for b in batches]),
         prompt_mask=torch.cat([_pad_to(b.prompt_mask, p, 0, True) for b in batches]),
@@ -187,6 +202,8 @@ def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
         rows=[x for b in batches for x in b.rows],
         weights_version=min(b.weights_version for b in batches),
         engine=batches[0].engine,
+        action_mask=torch.cat([_pad_to(b.unit_mask, t, 0, False) for b in batches]) if multi_turn else None,
+        episodes=[x for b in batches for x in b.episodes] if all(b.episodes for b in batches) else [],
     )
 
 

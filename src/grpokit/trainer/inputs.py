@@ -155,6 +155,11 @@ def check_run(cfg: Config) -> None:
             registry.check_options(name, own, option_field)
         except ValueError as exc:
             raise RunContractError(str(exc)) from None
+    from grpokit.envs.checks import environment_problem
+
+    problem = environment_problem(cfg)
+    if problem is not None:
+        raise RunContractError(problem)
     if cfg.variational.enabled:
         from grpokit.trainer.variational import config_problem
 
@@ -175,6 +180,12 @@ def check_data(cfg: Config, rows: list[dict]) -> None:
         raise RunContractError(
             f"variational.enabled needs the reference answer of every training row (its posterior is prompted with it): "
             f"{missing} of {len(rows)} rows have no 'answer' (set data.answer_column to the column that holds it)"
+        )
+    named = sorted({row["environment"] for row in rows if row.get("environment")})
+    if named and not cfg.environment.name:
+        raise RunContractError(
+            f"the training rows name environment '{named[0]}' (their 'environment' column) but environment.name is null, "
+            f"so they would train as single-turn completions: set environment.name={named[0]}"
         )
     if "domains" in needed_inputs(cfg) and rows and any(row.get("domain") is None for row in rows):
         missing = sum(row.get("domain") is None for row in rows)

@@ -73,6 +73,8 @@ def trim(batch: RolloutBatch) -> RolloutBatch:
     batch.sampling_logp = batch.sampling_logp[:, :end]
     if batch.entropy is not None:
         batch.entropy = batch.entropy[:, :end]
+    if batch.action_mask is not None:
+        batch.action_mask = batch.action_mask[:, :end]
     return batch
 
 

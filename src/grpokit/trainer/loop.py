@@ -137,7 +137,7 @@ class Trainer:
         t_learn = time.perf_counter() - t1
         release_free_memory(self.policy.device)
         self.step += 1
-        gen_tokens = float(batch.completion_mask.sum())
+        gen_tokens = float(batch.unit_mask.sum())  # sampled tokens (an episode's observations were not)
         metrics = {
             **reward_metrics(scores, self.correct(scores)),
             **adv_metrics,
@@ -147,7 +147,7 @@ class Trainer:
             **learn,
             "lr": self.scheduler.get_last_lr()[0],
             "completion_len/mean": gen_tokens / len(batch),
-            "completion_len/max": float(batch.completion_mask.sum(-1).max()),
+            "completion_len/max": float(batch.unit_mask.sum(-1).max()),
             "truncated_frac": float(batch.truncated.float().mean()),
             "tokens_per_s": gen_tokens / max(t_gen, 1e-9),
             "time/generation_s": t_gen,

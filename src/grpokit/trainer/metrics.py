@@ -174,13 +174,14 @@ def rollout_entropy(batch: Any) -> dict[str, float]:
     """``rollout/entropy``: token-mean entropy of the sampling distribution over every completion token of the step.
 
     H = sum_it m_it H_it / sum_it m_it with ``batch.entropy [B, T]`` (the tempered distribution the
-    sampler drew from) and ``batch.completion_mask [B, T]``. Every sampled row counts, so it exists
+    sampler drew from) and ``batch.unit_mask [B, T]`` (the sampled tokens; an episode's observation
+    tokens were not sampled). Every sampled row counts, so it exists
     on every step; the learner's ``entropy`` covers only the rows it learned (none when every
     advantage is 0). Absent when the sampler records no entropy (vLLM).
     """
     if batch.entropy is None:
         return {}
-    mask = batch.completion_mask.to(batch.entropy.dtype)
+    mask = batch.unit_mask.to(batch.entropy.dtype)
     return {"rollout/entropy": float((batch.entropy * mask).sum() / mask.sum().clamp(min=1))}
 
 

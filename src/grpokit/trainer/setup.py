@@ -161,6 +161,10 @@ def build_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, learners: 
 
     if learners.is_main:
         backend = make_backend(cfg.rollout, model, tokenizer, seed=cfg.train.seed)
+        if cfg.environment.name:  # multi-turn: every "completion" is an environment episode
+            from grpokit.envs.episodes import EpisodeBackend
+
+            backend = EpisodeBackend(backend, cfg.environment, cfg.data.system_prompt, seed=cfg.train.seed)
     else:  # only rank 0 samples; other learners keep an idle in-process backend for its pad / EOS ids
         backend = HFBackend(model, tokenizer)
     teacher = teacher_model(cfg, tokenizer) if needs_teacher else None

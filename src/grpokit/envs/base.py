@@ -1,0 +1,79 @@
+"""The environment API: what a multi-turn episode needs from the world the policy acts in.
+
+Gymnasium's contract with text in place of arrays (Towers et al., "Gymnasium: A Standard
+Interface for Reinforcement Learning Environments", arXiv 2407.17032):
+
+    reset(row, seed)     -> observation
+    step(action_text)    -> StepResult(observation, reward, terminated, truncated, info)
+
+``row`` is the dataset row the episode is for (its prompt, answer and any other columns), so
+one environment class serves every prompt of a task. An observation is text, or a list of chat
+messages (``{"role": "user" | "tool", "content": ...}``) that the rollout appends through the
+policy's chat template. ``terminated``: the episode reached an end state (success or failure,
+its reward is final); ``truncated``: it was cut (a budget) without reaching one. Environments are
+registered by name in ``ENVIRONMENTS`` and built once per episode by the rollout with the run's
+``environment.options``; a dataset row may name its own in an ``environment`` column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Protocol, Union
+
+from grpokit.registry import Registry
+
+Message = dict[str, Any]  # {"role": ..., "content": ...}
+Observation = Union[str, list[Message]]
+
+ENVIRONMENTS = Registry("environment")
+
+
+@dataclass
+class StepResult:
+    """What one ``step`` returns (gymnasium's 5-tuple, named).
+
+    observation: what the policy sees next (ignored once the episode has ended; "" for none)
+    reward:      this step's reward (the episode return is their sum)
+    terminated:  the episode reached an end state
+    truncated:   the episode was cut short (a step budget) without an end state
+    info:        anything else; numeric entries are averaged into ``env/<key>`` metrics
+    """
+
+    observation: Observation = ""
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, value: Any) -> "StepResult":
+        """A StepResult from itself or gymnasium's ``(obs, reward, terminated, truncated, info)`` tuple."""
+        if isinstance(value, StepResult):
+            return value
+        if isinstance(value, tuple) and len(value) == 5:
+            obs, reward, terminated, truncated, info = value
+            return cls(obs, float(reward), bool(terminated), bool(truncated), dict(info or {}))
+        raise TypeError(f"step() must return a StepResult or a 5-tuple, got {type(value).__name__}")
+
+
+class Environment(Protocol):
+    """A text environment for one episode (see the module docstring)."""
+
+    def reset(self, row: dict[str, Any], seed: Optional[int] = None) -> Observation: ...
+
+    def step(self, action: str) -> StepResult: ...
+
+
+def environment_factory(name: str) -> Any:
+    """The class (or factory) ``name``: registered, or ``package.module:Class`` / ``path/file.py:Class``."""
+    if name in ENVIRONMENTS:
+        return ENVIRONMENTS.get(name)
+    if ":" not in name:
+        raise ValueError(f"unknown environment '{name}': choose one of {', '.join(ENVIRONMENTS.names())}, "
+                         "'package.module:Class' or 'path/to/file.py:Class'")
+    from grpokit.rewards.loading import resolve_reward  # the same import rules as a user reward
+
+    try:
+        return resolve_reward(name)
+    except ValueError as exc:
+        raise ValueError(f"environment '{name}': {str(exc).split(': ', 1)[-1]}") from None

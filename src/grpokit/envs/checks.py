@@ -1,0 +1,40 @@
+"""Load-time checks of a multi-turn run: one line naming the field, before anything loads."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+def environment_problem(cfg: Any) -> Optional[str]:
+    """Why ``cfg`` cannot run environment episodes as configured (one line), or None."""
+    e = cfg.environment
+    if not e.name:
+        return None
+    from grpokit.envs.base import ENVIRONMENTS, environment_factory
+
+    try:
+        environment_factory(e.name)
+    except ValueError as exc:
+        return f"environment.name: {exc}"
+    if e.name in ENVIRONMENTS:
+        try:
+            ENVIRONMENTS.check_options(e.name, e.options, "environment.options")
+        except ValueError as exc:
+            return str(exc)
+    if cfg.rollout.backend != "hf":
+        return (f"environment '{e.name}' needs token-level sampling of every turn, which rollout.backend="
+                f"{cfg.rollout.backend} does not offer yet: set rollout.backend=hf")
+    if cfg.distributed.rollout_workers:
+        return "environment episodes run in-process for now: set distributed.rollout_workers=0"
+    single_turn = {
+        "verification.enabled": cfg.verification.enabled, "variational.enabled": cfg.variational.enabled,
+        "algorithm.plan_delimiter": bool(cfg.algorithm.plan_delimiter),
+        "data.offline_filter_samples": bool(cfg.data.offline_filter_samples),
+    }
+    clashing = [k for k, on in single_turn.items() if on]
+    if clashing:
+        return f"{clashing[0]} rewrites single-turn completions and cannot take environment episodes: turn it off or set environment.name=null"
+    if e.max_episode_tokens < cfg.rollout.max_new_tokens:
+        return (f"environment.max_episode_tokens ({e.max_episode_tokens}) is below one turn's cap rollout.max_new_tokens "
+                f"({cfg.rollout.max_new_tokens}): raise it")
+    return None

@@ -1,0 +1,240 @@
+"""Multi-turn episodes as a generation backend: the policy acts, the environment answers, repeat.
+
+A trajectory is one token sequence: the prompt (the chat-rendered first observation), then model
+turns and, between them, the chat template's tokens for each observation (a user or tool
+message). Token-in/token-out: model turns are kept as the sampled ids, observations are appended
+as the template's ids (:mod:`grpokit.envs.templates`), so the learner trains exactly the
+sampled tokens. ``action_mask`` is 1 on sampled tokens only; ``completion_mask`` (attention) is 1
+on every token; ``sampling_logp`` is the sampler's log-prob on sampled tokens and 0 elsewhere.
+
+The G rollouts of a group are G episodes of the same environment seed ("G rollouts of the same
+episode", as ActiveVLN, arXiv 2509.12618, §IV); their return (the sum of step rewards) reaches
+the rewards as the ``env_return`` column, and the trajectory's messages as ``messages``, so a
+reward function can judge the whole conversation. An episode ends when the environment
+terminates or truncates it, at ``environment.max_turns`` model turns, or when the next turn
+would not fit ``environment.max_episode_tokens`` (a turn cut there ends the episode unsent).
+
+The first turn of a group is prefilled once and shared by its G rows; later turns prefill each
+row's whole context again (the KV cache is not yet kept across turns) [grpokit's choice].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from grpokit.data.chat import render_prompt
+from grpokit.envs.base import Message, StepResult, environment_factory
+from grpokit.envs.pool import call_all, check_outcome
+from grpokit.envs.templates import TurnTemplate, observation_messages
+from grpokit.rollout.hf import completion_mask_from_eos
+from grpokit.rollout.types import RolloutBatch, SamplingParams
+
+
+@dataclass
+class _Episode:
+    """One trajectory while it is sampled."""
+
+    env: Any
+    env_name: str
+    row_index: int
+    prompt: str  # the rendered prompt text
+    ids: list[int] = field(default_factory=list)  # every token after the prompt
+    action: list[int] = field(default_factory=list)  # 1 = sampled by the policy
+    logp: list[float] = field(default_factory=list)
+    entropy: list[float] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+    ret: float = 0.0
+    turns: int = 0
+    done: bool = False
+    terminated: bool = False
+    failed: bool = False
+    info: dict[str, float] = field(default_factory=dict)
+
+    def add(self, ids: list[int], action: int, logp: Optional[list[float]] = None, entropy: Optional[list[float]] = None) -> None:
+        self.ids += ids
+        self.action += [action] * len(ids)
+        self.logp += logp if logp is not None else [0.0] * len(ids)
+        self.entropy += entropy if entropy is not None else [0.0] * len(ids)
+
+
+class EpisodeBackend:
+    """A GenerationBackend whose "completion" is a multi-turn episode (see the module docstring).
+
+    ``backend``: an in-process backend with ``decode(input_ids, attention, group_size, params)``
+    (:class:`~grpokit.rollout.hf.HFBackend`). ``env``: the run's ``environment`` config section;
+    ``system_prompt``: ``data.system_prompt``; ``seed``: the episodes' seeds derive from it and a
+    counter (:meth:`state`), so a resumed run continues the same sequence of episodes.
+    """
+
+    def __init__(self, backend: Any, env: Any, system_prompt: Optional[str], seed: int) -> None:
+        self.backend, self.env_cfg, self.system_prompt, self.seed = backend, env, system_prompt, seed
+        self.tokenizer, self.model = backend.tokenizer, backend.model
+        self.pad_id, self.eos_ids, self.engine = backend.pad_id, backend.eos_ids, backend.engine
+        eos_text = self.tokenizer.convert_ids_to_tokens(self.eos_ids[0])
+        self.template = TurnTemplate(self.tokenizer, eos_text)
+        self.groups_started = 0
+        self.last_metrics: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ state (checkpointed)
+    def state(self) -> dict[str, int]:
+        return {"groups_started": self.groups_started}
+
+    def load_state(self, state: dict[str, int]) -> None:
+        self.groups_started = int(state["groups_started"])
+
+    # ------------------------------------------------------------------ episodes
+    def _new_episodes(self, prompt_texts: list[str], rows: list[dict], group_size: int) -> list[_Episode]:
+        c = self.env_cfg
+        episodes, resets, seeds = [], [], []
+        for g, row in enumerate(rows):
+            name = row.get("environment") or c.name
+            factory = environment_factory(name)
+            seed = self.seed * 1_000_003 + self.groups_started + g
+            for _ in range(group_size):
+                env = factory(**c.options)
+                episodes.append(_Episode(env, name, g, prompt_texts[g]))
+                resets.append(lambda env=env, row=row, seed=seed: env.reset(row, seed))
+                seeds.append(seed)
+        self.groups_started += len(rows)
+        for ep, out in zip(episodes, call_all(resets, c.step_timeout_s)):
+            if not check_outcome(out, ep.env_name, "reset()", ep.row_index, c.on_error, c.step_timeout_s):
+                ep.done = ep.failed = True
+                continue
+            if out.value:  # the first observation is the prompt; none: the row's own prompt
+                first = observation_messages(out.value, "user")
+                ep.prompt = render_prompt(self.tokenizer, first, self.system_prompt)
+                ep.messages = list(first)
+        return episodes
+
+    def _decode_turn(self, episodes: list[_Episode], live: list[int], shared_group: int, params: SamplingParams):
+        """Sampled ids, log-probs and entropies ``[len(live), T]`` of one turn of the ``live`` episodes."""
+        tok = self.tokenizer
+        if shared_group:  # first turn, identical prompts per group: prefill each prompt once
+            texts = [episodes[i].prompt for i in live[::shared_group]]
+            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+            ids, att = enc.input_ids, enc.attention_mask
+        else:
+            contexts = [tok(episodes[i].prompt, add_special_tokens=False).input_ids + episodes[i].ids for i in live]
+            width = max(len(c) for c in contexts)
+            ids = torch.full((len(live), width), self.pad_id, dtype=torch.long, device="cpu")
+            att = torch.zeros((len(live), width), dtype=torch.long, device="cpu")
+            for r, c in enumerate(contexts):  # left padding, as the prompt prefill expects
+                ids[r, width - len(c):] = torch.tensor(c, dtype=torch.long, device="cpu")
+                att[r, width - len(c):] = 1
+        device = next(self.model.parameters()).device
+        return self.backend.decode(ids.to(device), att.to(device), shared_group or 1, params)
+
+    def _turn(self, episodes: list[_Episode], params: SamplingParams, first: bool) -> None:
+        """One model turn of every live episode, then one environment step of each."""
+        c = self.env_cfg
+        live = [i for i, ep in enumerate(episodes) if not ep.done]
+        g = len(episodes) // max(len({ep.row_index for ep in episodes}), 1)
+        shared = g if first and len(live) == len(episodes) and self._prompts_shared(episodes, g) else 0
+        tokens, logps, ents = self._decode_turn(episodes, live, shared, params)
+        mask, cut = completion_mask_from_eos(tokens, self.eos_ids)
+        tokens, mask, logps, ents = tokens.cpu(), mask.cpu(), logps.cpu(), ents.cpu()
+        acting = []
+        for r, i in enumerate(live):
+            ep, n = episodes[i], int(mask[r].sum())
+            room = c.max_episode_tokens - len(ep.ids)
+            ep.add(tokens[r, :min(n, room)].tolist(), 1, logps[r, :min(n, room)].tolist(), ents[r, :min(n, room)].tolist())
+            ep.turns += 1
+            text = self.tokenizer.decode(tokens[r, :n].tolist(), skip_special_tokens=True)
+            ep.messages.append({"role": "assistant", "content": text})
+            if n > room:  # the turn does not fit the episode's token cap: it ends here, unsent
+                ep.done = True
+                continue
+            acting.append((i, text, not bool(cut[r])))
+        outcomes = call_all([lambda e=episodes[i].env, a=text: e.step(a) for i, text, _ in acting], c.step_timeout_s)
+        for (i, _, ended), out in zip(acting, outcomes):
+            ep = episodes[i]
+            if not check_outcome(out, ep.env_name, f"step() at turn {ep.turns}", ep.row_index, c.on_error, c.step_timeout_s):
+                ep.done = ep.failed = True
+                continue
+            res = StepResult.of(out.value)
+            ep.ret += res.reward
+            for k, v in res.info.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    ep.info[k] = float(v)
+            if res.terminated or res.truncated or ep.turns >= c.max_turns:
+                ep.done, ep.terminated = True, res.terminated
+                continue
+            obs = observation_messages(res.observation, c.observation_role)
+            between = self.template.between_ids(obs, ended)
+            if len(ep.ids) + len(between) + 1 > c.max_episode_tokens:
+                ep.done = True  # no room for another turn
+                continue
+            ep.add(between, 0)
+            ep.messages += obs
+
+    @staticmethod
+    def _prompts_shared(episodes: list[_Episode], g: int) -> bool:
+        return all(episodes[k].prompt == episodes[k - k % g].prompt for k in range(len(episodes)))
+
+    @torch.no_grad()
+    def generate(self, prompt_texts: list[str], rows: list[dict], group_size: int, params: SamplingParams) -> RolloutBatch:
+        """``group_size`` episodes per row, prompt-major, as one RolloutBatch with ``action_mask`` and ``episodes``."""
+        episodes = self._new_episodes(prompt_texts, rows, group_size)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for t in range(self.env_cfg.max_turns):
+                if all(ep.done for ep in episodes):
+                    break
+                self._turn(episodes, params, first=t == 0)
+        finally:
+            self.model.train(was_training)
+        return self._batch(episodes, rows, group_size)
+
+    def _batch(self, episodes: list[_Episode], rows: list[dict], group_size: int) -> RolloutBatch:
+        tok, device = self.tokenizer, next(self.model.parameters()).device
+        b, width = len(episodes), max([len(ep.ids) for ep in episodes] + [1])
+        enc = tok([ep.prompt for ep in episodes], return_tensors="pt", padding=True, add_special_tokens=False)
+        out = {k: torch.zeros((b, width), dtype=dt, device="cpu") for k, dt in
+               (("ids", torch.long), ("mask", torch.long), ("action", torch.long), ("logp", torch.float32), ("entropy", torch.float32))}
+        out["ids"].fill_(self.pad_id)
+        for r, ep in enumerate(episodes):
+            n = len(ep.ids)
+            out["ids"][r, :n] = torch.tensor(ep.ids, dtype=torch.long, device="cpu")
+            out["mask"][r, :n] = 1
+            out["action"][r, :n] = torch.tensor(ep.action, dtype=torch.long, device="cpu")
+            out["logp"][r, :n] = torch.tensor(ep.logp, dtype=torch.float32, device="cpu")
+            out["entropy"][r, :n] = torch.tensor(ep.entropy, dtype=torch.float32, device="cpu")
+        self.last_metrics = episode_metrics(episodes, out["action"], out["mask"])
+        on = lambda x: x.to(device)  # noqa: E731
+        return RolloutBatch(
+            prompt_ids=on(enc.input_ids), prompt_mask=on(enc.attention_mask), completion_ids=on(out["ids"]),
+            completion_mask=on(out["mask"]), group_ids=torch.arange(len(rows), device=device).repeat_interleave(group_size),
+            sampling_logp=on(out["logp"]), truncated=torch.tensor([not ep.terminated for ep in episodes], device=device),
+            entropy=on(out["entropy"]), prompts=[rows[ep.row_index]["prompt"] for ep in episodes],
+            completions=[next((m["content"] for m in reversed(ep.messages) if m["role"] == "assistant"), "") for ep in episodes],
+            rows=[rows[ep.row_index] for ep in episodes], engine=self.engine, action_mask=on(out["action"]),
+            episodes=[episode_columns(ep) for ep in episodes],
+        )
+
+
+def episode_columns(ep: _Episode) -> dict[str, Any]:
+    """What an episode hands the reward functions, one column per key (``RolloutBatch.columns``)."""
+    return {"env_return": ep.ret, "messages": ep.messages, "turns": ep.turns, "env_terminated": ep.terminated,
+            "env_failed": ep.failed, **{f"env_{k}": v for k, v in ep.info.items()}}
+
+
+def episode_metrics(episodes: list[_Episode], action: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """``env/*`` metrics of a batch of finished episodes (means over episodes unless named otherwise)."""
+    n = max(len(episodes), 1)
+    out = {
+        "env/return": sum(ep.ret for ep in episodes) / n,
+        "env/turns": sum(ep.turns for ep in episodes) / n,
+        "env/terminated_frac": sum(ep.terminated for ep in episodes) / n,
+        "env/failed_episodes": float(sum(ep.failed for ep in episodes)),
+        "env/action_tokens": float(action.sum()) / n,
+        "env/observation_tokens": float((mask - action).sum()) / n,
+    }
+    keys = sorted({k for ep in episodes for k in ep.info})
+    for k in keys:
+        values = [ep.info[k] for ep in episodes if k in ep.info]
+        out[f"env/{k}"] = sum(values) / len(values)
+    return out

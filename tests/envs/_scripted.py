@@ -1,0 +1,24 @@
+"""A scripted environment for the episode tests (loaded by path, as a user's file.py:Class)."""
+
+import time
+
+from grpokit.envs.base import StepResult
+
+
+class Scripted:
+    """Answers turn t with "obs<t>"; ends (terminated, reward = turns) after ``turns`` turns; may raise or hang."""
+
+    def __init__(self, turns=3, raise_at=0, hang_at=0):
+        self.turns, self.raise_at, self.hang_at = turns, raise_at, hang_at
+
+    def reset(self, row, seed=None):
+        self.t, self.seed = 0, seed
+        return ""
+
+    def step(self, action):
+        self.t += 1
+        if self.t == self.raise_at:
+            raise KeyError("broken env")
+        if self.t == self.hang_at:
+            time.sleep(5)
+        return StepResult(f"obs{self.t}", 1.0, terminated=self.t >= self.turns, info={"t": self.t, "action_len": len(action)})

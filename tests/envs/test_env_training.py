@@ -1,0 +1,69 @@
+"""Environment runs through the trainer: load-time checks, the loss mask, and a short tiny-model run."""
+
+import pytest
+import torch
+
+from grpokit.config import load_config
+from grpokit.trainer.inputs import RunContractError, check_run
+from grpokit.testing import tiny_model_and_tokenizer
+
+
+SOLVED = ("rewards=[{name: env_return}, {name: env_info, weight: 0.0, kwargs: {key: solved}}]", "eval.accuracy_reward=env_info")
+# a random tiny model never finds the secret; the share of turns holding a number varies, so it has advantages
+VALID = ("rewards=[{name: env_return}, {name: env_info, kwargs: {key: valid_guess}}]", "eval.accuracy_reward=env_return")
+
+
+def guess_cfg(tmp_path, *extra, rewards=SOLVED):
+    return load_config(overrides=[
+        f"logging.output_dir={tmp_path / 'run'}", "logging.progress=false", "logging.log_samples_every=0",
+        "data.task=guess_number", "data.n_train=12", "data.n_heldout=4",
+        "environment.name=guess_number", "environment.options={max_guesses: 3}", "environment.max_episode_tokens=200",
+        *rewards,
+        "rollout.group_size=4", "rollout.prompts_per_step=2", "rollout.max_new_tokens=5", "train.micro_batch_size=4",
+        "eval.before=false", "eval.after=false", "eval.max_new_tokens=5", *extra,
+    ])
+
+
+@pytest.mark.parametrize("extra,expected", [
+    (("rollout.backend=vllm",), "set rollout.backend=hf"),
+    (("environment.options={max_guess: 3}",), "not an option of environment 'guess_number'"),
+    (("environment.name=maze",), "unknown environment 'maze'"),
+    (("verification.enabled=true", "algorithm.loss=grpo_verif"), "verification.enabled"),
+    (("environment.max_episode_tokens=3",), "raise it"),
+])
+def test_an_environment_run_that_cannot_work_is_refused_in_one_line(tmp_path, extra, expected):
+    with pytest.raises(RunContractError) as err:
+        check_run(guess_cfg(tmp_path, *extra))
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_guess_number_trains_with_observation_tokens_outside_the_loss(tmp_path):
+    from grpokit.trainer.loop import Trainer
+
+    model, tok = tiny_model_and_tokenizer(seed=0)
+    torch.manual_seed(0)
+    trainer = Trainer(guess_cfg(tmp_path, rewards=VALID), model, tok)
+    batch, scores, _ = trainer._collect()
+    assert batch.action_mask is not None and [ep["turns"] for ep in batch.episodes].count(1) < len(batch)  # multi-turn
+    assert batch.columns()["env_return"] == scores.per_reward["env_return"].tolist()
+    lb, _ = trainer._learn_batch(batch, scores)
+    assert torch.equal(lb.mask.bool(), batch.action_mask.bool())  # observation tokens never reach the loss
+    assert bool((batch.completion_mask.bool() & ~batch.action_mask.bool()).any())
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    metrics = trainer.train_step()
+    assert {"env/return", "env/turns", "env/solved", "env/valid_guess"} <= set(metrics)
+    assert metrics["env/turns"] > 1
+    assert metrics["learn/updates"] == 1 and any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    result = trainer.evaluate("after")  # held-out episodes, greedy, judged by the env's return
+    assert result["n"] == 4 and 0.0 <= result["accuracy"] <= 1.0
+
+
+def test_env_return_and_env_info_rewards_read_the_episode_columns():
+    from grpokit.rewards.builtin import REWARDS
+
+    got = REWARDS.get("env_return")(["p", "p"], ["a", "b"], env_return=[0.8, 0.0])
+    assert got == [0.8, 0.0]
+    info = REWARDS.get("env_info")
+    assert info(["p", "p"], ["a", "b"], key="solved", env_solved=[1.0, None]) == [1.0, None]
+    with pytest.raises(ValueError, match="env_solved"):
+        info(["p"], ["a"], key="solved")  # not an environment run: the column is missing
