@@ -21,4 +21,4 @@ class Scripted:
             raise KeyError("broken env")
         if self.t == self.hang_at:
             time.sleep(5)
-        return StepResult(f"obs{self.t}", 1.0, terminated=self.t >= self.turns, info={"t": self.t, "action_len": len(action)})
+        return StepResult(f"obs{self.t}", 1.0, terminated=self.t >= self.turns, info={"t": self.t, "action_len": len(action), "seed": self.seed})

@@ -154,3 +154,29 @@ def test_guess_number_environment_rewards_finding_the_secret_less_a_penalty_per_
     r = env.step("3")
     assert r.truncated and not r.terminated and r.reward == 0.0 and r.info["valid_guess"] == 0.75
     assert "guess_number" in ENVIRONMENTS
+
+
+def test_episode_seeds_are_shared_in_a_group_and_replayed_at_the_same_step(tiny):
+    model, tok = tiny
+
+    def seeds(step):
+        backend = EpisodeBackend(HFBackend(model, tok), env_cfg(options={"turns": 1}), None, seed=5)
+        backend.learner_step = step
+        first = [ep["env_seed"] for ep in backend.generate(prompts(tok), ROWS, 2, SamplingParams(max_new_tokens=3)).episodes]
+        second = [ep["env_seed"] for ep in backend.generate(prompts(tok), ROWS, 2, SamplingParams(max_new_tokens=3)).episodes]
+        return first, second
+
+    first, second = seeds(3)
+    assert first[0] == first[1] and first[2] == first[3] and first[0] != first[2]  # one seed per group
+    assert set(first).isdisjoint(second)  # a second call in the step (a dynamic-sampling round) draws new episodes
+    assert seeds(3) == (first, second)  # a resumed run at step 3 replays them
+    assert seeds(4)[0] != first
+
+
+def test_guess_number_rows_hold_their_secret_inside_the_range_of_the_prompt():
+    from grpokit.data.tasks import TASKS
+
+    splits = TASKS.get("guess_number")(0, 30, 10)
+    for row in splits.train + splits.heldout:
+        assert f"from {row['lo']} to {row['hi']}" in row["prompt"] and row["lo"] <= int(row["answer"]) <= row["hi"]
+        assert row["environment"] == "guess_number" and 4 <= row["hi"] - row["lo"] + 1 <= 16

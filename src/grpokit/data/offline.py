@@ -40,6 +40,8 @@ class Example:
     """One tokenized training unit: a prompt and its completion(s).
 
     completions: [completion] (sft, kto) or [chosen, rejected] (dpo), each a list of token ids
+    loss_masks: per completion, None (every token is trained) or a 0/1 list as long as it: a
+                conversation of several messages trains only its assistant messages' tokens
     label: desirable (kto); None otherwise. row: the data row (answer and other columns).
     """
 
@@ -48,6 +50,10 @@ class Example:
     label: Optional[bool] = None
     row: dict[str, Any] = field(default_factory=dict)
     key: str = ""  # the prompt's identity (rows with equal keys share one prompt forward)
+    loss_masks: list[Optional[list[int]]] = field(default_factory=list)
+
+    def mask(self, k: int) -> Optional[list[int]]:
+        return self.loss_masks[k] if self.loss_masks else None
 
 
 def load_offline_splits(cfg: DataConfig, stage: str) -> TaskSplits:
@@ -144,8 +150,11 @@ def encode(
         text = render_prompt(tokenizer, row["prompt"], system_prompt)
         prompt_ids = _ids(tokenizer, text)[-max_prompt_tokens:]
         columns = STAGE_COLUMNS[stage][:2] if stage == "dpo" else ("completion",)
-        completions = [_completion_ids(tokenizer, row, c, text, system_prompt, eos_id)[:max_completion_tokens] for c in columns]
-        out.append(Example(prompt_ids, completions, row.get("label") if stage == "kto" else None, row, prompt_key(row["prompt"])))
+        encoded = [_completion_ids(tokenizer, row, c, text, system_prompt, eos_id) for c in columns]
+        completions = [ids[:max_completion_tokens] for ids, _ in encoded]
+        masks = [m[:max_completion_tokens] if m is not None else None for _, m in encoded]
+        out.append(Example(prompt_ids, completions, row.get("label") if stage == "kto" else None, row, prompt_key(row["prompt"]),
+                           masks if any(m is not None for m in masks) else []))
     return out
 
 
@@ -153,10 +162,15 @@ def _ids(tokenizer: Any, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def _completion_ids(tokenizer: Any, row: dict, column: str, prompt_text: str, system_prompt: Optional[str], eos_id: int) -> list[int]:
+def _completion_ids(
+    tokenizer: Any, row: dict, column: str, prompt_text: str, system_prompt: Optional[str], eos_id: int,
+) -> tuple[list[int], Optional[list[int]]]:
+    """(token ids, loss mask or None) of one completion column (see :func:`_conversation_ids` for message lists)."""
     value = row[column]
     if not is_conversation(value):
-        return _ids(tokenizer, value) + [eos_id]
+        return _ids(tokenizer, value) + [eos_id], None
+    if any(m["role"] != "assistant" for m in value):
+        return _conversation_ids(tokenizer, row, column, prompt_text, system_prompt, eos_id)
     prompt = row["prompt"] if is_conversation(row["prompt"]) else [{"role": "user", "content": row["prompt"]}]
     if system_prompt is not None and not any(m["role"] == "system" for m in prompt):
         prompt = [{"role": "system", "content": system_prompt}, *prompt]  # as render_prompt puts it
@@ -166,4 +180,43 @@ def _completion_ids(tokenizer: Any, row: dict, column: str, prompt_text: str, sy
             f"column '{column}': the chat template renders the prompt differently inside the whole conversation, "
             "so the completion cannot be cut from it; give the completion as a string"
         )
-    return _ids(tokenizer, full[len(prompt_text):])
+    return _ids(tokenizer, full[len(prompt_text):]), None
+
+
+def _conversation_ids(
+    tokenizer: Any, row: dict, column: str, prompt_text: str, system_prompt: Optional[str], eos_id: int,
+) -> tuple[list[int], list[int]]:
+    """A multi-turn completion (assistant turns and user / tool messages): ids, and 1 on assistant content only.
+
+    The conversation is rendered one message at a time; each message's text is what its rendering
+    adds. An assistant message's header (the template's generation prompt) and whatever follows its
+    end-of-turn token are masked, as are user and tool messages, so the loss covers exactly the
+    tokens the policy writes in a multi-turn episode (TRL's ``assistant_only_loss``; ActiveVLN's
+    imitation stage, arXiv 2509.12618 §IV: the loss on action tokens only).
+    """
+    prompt = row["prompt"] if is_conversation(row["prompt"]) else [{"role": "user", "content": row["prompt"]}]
+    if system_prompt is not None and not any(m["role"] == "system" for m in prompt):
+        prompt = [{"role": "system", "content": system_prompt}, *prompt]
+    ids, mask, done = [], [], prompt_text
+    for k, message in enumerate(row[column]):
+        history = prompt + row[column][:k]
+        text = tokenizer.apply_chat_template(history + [message], tokenize=False)
+        if message["role"] == "assistant":
+            header = tokenizer.apply_chat_template(history, tokenize=False, add_generation_prompt=True) if k else prompt_text
+            pieces = [(header[len(done):], 0), (text[len(header):], 1)]
+        else:
+            pieces = [(text[len(done):], 0)]
+        if not text.startswith(done) or (message["role"] == "assistant" and not (header.startswith(done) and text.startswith(header))):
+            raise DataError(f"column '{column}': the chat template renders earlier messages differently once message {k} follows, "
+                            "so the conversation cannot be cut into turns; give the completion as a string")
+        for piece, trained in pieces:
+            piece_ids = _ids(tokenizer, piece) if piece else []
+            if trained and eos_id in piece_ids:  # the turn ends at its end-of-turn token; the template's newline is not written
+                end = piece_ids.index(eos_id) + 1
+                ids += piece_ids[:end]
+                mask += [1] * end
+                piece_ids, trained = piece_ids[end:], 0
+            ids += piece_ids
+            mask += [trained] * len(piece_ids)
+        done = text
+    return ids, mask

@@ -284,5 +284,25 @@ def tool_arithmetic(seed: int, n_train: int, n_heldout: int, *, digits: int = 3,
     return _sample_splits("tool_arithmetic", seed, n_train, n_heldout, draw, enlarge="digits")
 
 
+@TASKS.register("text_navigation")
+def text_navigation(seed: int, n_train: int, n_heldout: int, *, rooms: int = 2, room_size: int = 4) -> TaskSplits:
+    """Instruction-following episodes for the ``text_navigation`` environment (ActiveVLN in miniature).
+
+    Each row is one seeded world (``world_seed``): ``prompt`` is the instruction, the action format
+    and the start view; ``answer`` and ``expert_turns`` hold the expert's shortest action path (for
+    imitation), ``n_gt`` its primitive moves (the step budget's base).
+    """
+    from grpokit.envs.navigation import expert_turns, navigation_episode, navigation_prompt
+
+    def draw(rng: random.Random) -> dict:
+        world_seed = rng.randrange(10**9)
+        ep = navigation_episode(world_seed, rooms, room_size)
+        return {"prompt": navigation_prompt(ep), "answer": ", ".join(ep["expert"]), "world_seed": world_seed,
+                "expert_turns": expert_turns(ep["expert"]), "n_gt": len(ep["expert"]) - 1, "task": "text_navigation",
+                "environment": "text_navigation"}
+
+    return _sample_splits("text_navigation", seed, n_train, n_heldout, draw, enlarge="room_size")
+
+
 # Registers "text_to_sql"; imported last because it uses the helpers above.
 from grpokit.data import sql_task  # noqa: E402,F401

@@ -57,7 +57,8 @@ class StepResult:
 
 
 class Environment(Protocol):
-    """A text environment for one episode (see the module docstring)."""
+    """A text environment for one episode (see the module docstring); an optional ``close()`` is
+    called when the episode's batch is done (a server session, a subprocess)."""
 
     def reset(self, row: dict[str, Any], seed: Optional[int] = None) -> Observation: ...
 

@@ -65,8 +65,10 @@ class EpisodeBackend:
 
     ``backend``: an in-process backend with ``decode(input_ids, attention, group_size, params)``
     (:class:`~grpokit.rollout.hf.HFBackend`). ``env``: the run's ``environment`` config section;
-    ``system_prompt``: ``data.system_prompt``; ``seed``: the episodes' seeds derive from it and a
-    counter (:meth:`state`), so a resumed run continues the same sequence of episodes.
+    ``system_prompt``: ``data.system_prompt``; ``seed``: an episode's seed is a function of it, the
+    learner step (``learner_step``, set by the policy before each step's sampling), the call
+    within the step and the group, so a run resumed at a step boundary replays the same episodes
+    without any state in the checkpoint.
     """
 
     def __init__(self, backend: Any, env: Any, system_prompt: Optional[str], seed: int) -> None:
@@ -75,30 +77,38 @@ class EpisodeBackend:
         self.pad_id, self.eos_ids, self.engine = backend.pad_id, backend.eos_ids, backend.engine
         eos_text = self.tokenizer.convert_ids_to_tokens(self.eos_ids[0])
         self.template = TurnTemplate(self.tokenizer, eos_text)
-        self.groups_started = 0
+        self._step, self._calls = 0, 0
         self.last_metrics: dict[str, float] = {}
 
-    # ------------------------------------------------------------------ state (checkpointed)
-    def state(self) -> dict[str, int]:
-        return {"groups_started": self.groups_started}
+    @property
+    def learner_step(self) -> int:
+        return self._step
 
-    def load_state(self, state: dict[str, int]) -> None:
-        self.groups_started = int(state["groups_started"])
+    @learner_step.setter
+    def learner_step(self, step: int) -> None:
+        """The policy's ``begin_step``: episodes of this step get seeds of their own."""
+        self._step, self._calls = step, 0
+
+    def episode_seed(self, group: int) -> int:
+        """A non-negative seed of (run seed, learner step, call within the step, group) [grpokit's choice]."""
+        import hashlib
+
+        key = f"{self.seed}/{self._step}/{self._calls}/{group}".encode()
+        return int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "little")
 
     # ------------------------------------------------------------------ episodes
     def _new_episodes(self, prompt_texts: list[str], rows: list[dict], group_size: int) -> list[_Episode]:
         c = self.env_cfg
-        episodes, resets, seeds = [], [], []
+        episodes, resets = [], []
         for g, row in enumerate(rows):
             name = row.get("environment") or c.name
             factory = environment_factory(name)
-            seed = self.seed * 1_000_003 + self.groups_started + g
+            seed = self.episode_seed(g)
             for _ in range(group_size):
                 env = factory(**c.options)
                 episodes.append(_Episode(env, name, g, prompt_texts[g]))
                 resets.append(lambda env=env, row=row, seed=seed: env.reset(row, seed))
-                seeds.append(seed)
-        self.groups_started += len(rows)
+        self._calls += 1
         for ep, out in zip(episodes, call_all(resets, c.step_timeout_s)):
             if not check_outcome(out, ep.env_name, "reset()", ep.row_index, c.on_error, c.step_timeout_s):
                 ep.done = ep.failed = True
@@ -187,6 +197,9 @@ class EpisodeBackend:
                 self._turn(episodes, params, first=t == 0)
         finally:
             self.model.train(was_training)
+            closers = [ep.env.close for ep in episodes if callable(getattr(ep.env, "close", None))]
+            if closers:  # an environment holding a connection or a process lets it go (errors are its own)
+                call_all(closers, self.env_cfg.step_timeout_s)
         return self._batch(episodes, rows, group_size)
 
     def _batch(self, episodes: list[_Episode], rows: list[dict], group_size: int) -> RolloutBatch:

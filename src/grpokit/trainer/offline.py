@@ -85,10 +85,13 @@ def _dry_run(spec: Spec, options: dict, beta: float) -> None:
     call_with(spec.fn, inp, options=options, context=dict(beta=beta, num_rows=1.0, num_tokens=1.0))
 
 
-def collate(prompts: list[list[int]], completions: list[list[int]], keys: list[str], pad_id: int, device: torch.device) -> RolloutBatch:
+def collate(prompts: list[list[int]], completions: list[list[int]], keys: list[str], pad_id: int, device: torch.device,
+            masks: Optional[list[Optional[list[int]]]] = None) -> RolloutBatch:
     """A RolloutBatch of given (prompt, completion) token lists: prompts left-padded, completions right-padded.
 
     Rows with equal ``keys`` (the same prompt) share a group id, so their prompt is encoded once.
+    ``masks``: per row None (every completion token is trained) or its 0/1 loss mask; any given
+    makes the batch's ``action_mask`` (the trained tokens; ``completion_mask`` still attends to all).
     """
     b, p, t = len(prompts), max(map(len, prompts)), max(1, max(map(len, completions)))
     prompt_ids = torch.full((b, p), pad_id, dtype=torch.long, device="cpu")
@@ -98,12 +101,19 @@ def collate(prompts: list[list[int]], completions: list[list[int]], keys: list[s
     for i, (q, c) in enumerate(zip(prompts, completions)):
         prompt_ids[i, p - len(q):], prompt_mask[i, p - len(q):] = torch.tensor(q, device="cpu"), 1
         completion_ids[i, : len(c)], completion_mask[i, : len(c)] = torch.tensor(c, dtype=torch.long, device="cpu"), 1
+    action_mask = None
+    if masks is not None and any(m is not None for m in masks):
+        action_mask = completion_mask.clone()
+        for i, m in enumerate(masks):
+            if m is not None:
+                action_mask[i, : len(m)] = torch.tensor(m, dtype=torch.long, device="cpu")
     groups: dict[str, int] = {}
     group_ids = torch.tensor([groups.setdefault(k, len(groups)) for k in keys], device="cpu")
     on = lambda x: x.to(device)  # noqa: E731 -- built on the host, moved once
     return RolloutBatch(
         prompt_ids=on(prompt_ids), prompt_mask=on(prompt_mask), completion_ids=on(completion_ids), completion_mask=on(completion_mask),
         group_ids=on(group_ids), sampling_logp=torch.zeros((b, t), device=device), truncated=torch.zeros(b, dtype=torch.bool, device=device),
+        action_mask=on(action_mask) if action_mask is not None else None,
     )
 
 
@@ -153,15 +163,16 @@ class OfflineTrainer:
         )
 
     # ------------------------------------------------------------------ batches
-    def _sequences(self, examples: list[Example]) -> tuple[list, list, list]:
-        """(prompts, completions, keys) of ``examples``' rows; DPO: all chosen rows, then all rejected rows."""
+    def _sequences(self, examples: list[Example]) -> tuple[list, list, list, list]:
+        """(prompts, completions, keys, loss masks) of ``examples``' rows; DPO: all chosen rows, then all rejected rows."""
         if self.cfg.stage == "dpo":
             return ([e.prompt_ids for e in examples] * 2, [e.completions[0] for e in examples] + [e.completions[1] for e in examples],
-                    [e.key for e in examples] * 2)
-        return [e.prompt_ids for e in examples], [e.completions[0] for e in examples], [e.key for e in examples]
+                    [e.key for e in examples] * 2, [e.mask(0) for e in examples] + [e.mask(1) for e in examples])
+        return [e.prompt_ids for e in examples], [e.completions[0] for e in examples], [e.key for e in examples], [e.mask(0) for e in examples]
 
     def _batch(self, examples: list[Example]) -> RolloutBatch:
-        return collate(*self._sequences(examples), self.policy.pad_id, self.policy.device)
+        prompts, completions, keys, masks = self._sequences(examples)
+        return collate(prompts, completions, keys, self.policy.pad_id, self.policy.device, masks)
 
     def _chunks(self, examples: list[Example]) -> list[list[Example]]:
         per = max(1, self.cfg.train.micro_batch_size // (2 if self.cfg.stage == "dpo" else 1))
@@ -172,24 +183,25 @@ class OfflineTrainer:
         n = len(examples)
         prompts = [e.prompt_ids for e in examples]
         completions = [examples[(i - 1) % n].completions[0] for i in range(n)]  # TRL: completions shifted by one
+        masks = [examples[(i - 1) % n].mask(0) for i in range(n)]
         keys = [e.key for e in examples]
         width = max(1, max(map(len, completions)))
         device = self.policy.device
         out = {k: torch.zeros((n, width), device=device) for k in ("kl_logp", "kl_ref_logp", "kl_mask")}
         for s in range(0, n, self.cfg.train.micro_batch_size):
             rows = slice(s, s + self.cfg.train.micro_batch_size)
-            mb = collate(prompts[rows], completions[rows], keys[rows], self.policy.pad_id, device)
+            mb = collate(prompts[rows], completions[rows], keys[rows], self.policy.pad_id, device, masks[rows])
             t = mb.completion_ids.shape[1]
             out["kl_logp"][rows, :t] = self.policy.score(mb, "current")
             out["kl_ref_logp"][rows, :t] = self.policy.score(mb, "reference")
-            out["kl_mask"][rows, :t] = mb.completion_mask.to(torch.float32)
+            out["kl_mask"][rows, :t] = mb.unit_mask.to(torch.float32)
         return out
 
     def objective(self, examples: list[Example], learn: bool) -> dict[str, float]:
         """The step's loss and metrics over ``examples``; ``learn``: back-propagate it (gradients accumulate in ``.grad``)."""
         inputs = self.spec.inputs
         kl = self._reference_point_inputs(examples) if "kl_logp" in inputs else {}
-        num_tokens = float(sum(len(c) for e in examples for c in e.completions))
+        num_tokens = float(sum(len(c) if e.mask(k) is None else sum(e.mask(k)) for e in examples for k, c in enumerate(e.completions)))
         context = dict(beta=self.cfg.offline.beta, num_rows=float(len(examples)), num_tokens=max(num_tokens, 1.0))
         totals: dict[str, float] = {"loss": 0.0}
         for chunk in self._chunks(examples):
@@ -199,7 +211,7 @@ class OfflineTrainer:
             with in_place_embedding_grads(self.policy.module) if learn else torch.no_grad():
                 fwd = self.policy.learn_forward(mb, with_entropy=False, entropy_grad=False) if learn else None
                 logp = fwd.logp if learn else self.policy.score(mb, "current")
-                inp = OfflineInputs(logp=logp, mask=mb.completion_mask.to(torch.float32), ref_logp=ref, label=label, **kl)
+                inp = OfflineInputs(logp=logp, mask=mb.unit_mask.to(torch.float32), ref_logp=ref, label=label, **kl)
                 loss, metrics = call_with(self.spec.fn, inp, options=self.cfg.offline.loss_options, context=context)
                 if learn:
                     fwd.backward(loss)
