@@ -65,6 +65,9 @@ MECHANISM = {
     "safe_multilabel": [("reward/rm_score/mean", lambda v: v == v)],  # scored by the multi-label reward model
     "guess_number": [("env/turns", lambda v: v > 1),  # episodes went on after "higher" / "lower"
                      ("env/observation_tokens", lambda v: v > 0), ("env/valid_guess", lambda v: 0 <= v <= 1)],
+    "activevln": [("env/turns", lambda v: v >= 1), ("env/steps", lambda v: v >= 1),  # episodes acted in the world
+                  ("env/n_gt", lambda v: v >= 1)],  # the step budget came from the expert path
+    "activevln_sft": [("loss", lambda v: v > 0), ("tokens", lambda v: v > 0)],
     "sft": [("loss", lambda v: v > 0)],
     "dpo": [("rewards/margins", lambda v: v > 0)],  # after 3 steps the chosen completions beat the rejected ones
     "kto": [("rewards/margins", lambda v: v > 0)],
@@ -73,6 +76,16 @@ EXTRA = {  # presets whose mechanism needs more than one update to show
     "gspo": ["algorithm.num_iterations=2"],
     "sft": ["train.steps=3"], "dpo": ["train.steps=3"], "kto": ["train.steps=3"],
 }
+
+
+def train_the_stage_the_preset_starts_from(preset):
+    """A preset whose model is a run another preset writes (ActiveVLN's GRPO starts from its imitation run): 3 steps of that one."""
+    name = load_config(preset=preset).model.name
+    writers = [p for p in preset_names() if load_config(preset=p).logging.output_dir == name]
+    if writers:
+        assert main(["train", "--preset", writers[0], "--set", f"logging.output_dir={name}", "--set", "train.steps=3",
+                     "--set", "data.n_train=8", "--set", "data.n_heldout=2", "--set", "eval.before=false",
+                     "--set", "eval.after=false", "--set", "logging.progress=false"]) == 0
 
 
 def train_the_teacher_the_preset_needs(preset):
@@ -89,6 +102,7 @@ def test_preset_runs_on_real_model(preset, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # relative paths of a preset (reward models, runs/) land here
     train_reward_models_the_preset_needs(preset)
     train_the_teacher_the_preset_needs(preset)
+    train_the_stage_the_preset_starts_from(preset)
     cfg = load_config(preset=preset)
     data = cfg.data.path if cfg.stage != "grpo" else None  # offline presets (sft, dpo, kto) read the repository's example data
     code = main([

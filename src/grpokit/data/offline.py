@@ -56,18 +56,39 @@ class Example:
         return self.loss_masks[k] if self.loss_masks else None
 
 
-def load_offline_splits(cfg: DataConfig, stage: str) -> TaskSplits:
+def load_offline_splits(cfg: DataConfig, stage: str, environment: Any = None) -> TaskSplits:
     """Train and held-out rows of ``data.path`` (and ``data.heldout_path``) for ``stage``, checked.
 
     Without a held-out file, whole prompts are held out (``data.heldout_fraction``, seeded), so
     a prompt's rows (a KTO prompt with a desirable and an undesirable completion) stay together.
+    SFT without a file on a built-in task whose rows carry expert turns (``text_navigation``):
+    the expert episodes replayed in ``environment`` (the run's ``environment`` section), as
+    multi-turn conversations (:mod:`grpokit.envs.imitation`).
     """
+    if not cfg.path and stage == "sft" and cfg.task:
+        return _imitation_splits(cfg, environment)
     if not cfg.path:
         raise DataError(f"stage '{stage}' trains on a dataset file: set data.path to a .jsonl/.json/.csv/.parquet file in {STAGE_FORMATS[stage]}")
     rows = _load(cfg.path, cfg, stage)
     if cfg.heldout_path:
         return TaskSplits(train=rows, heldout=_load(cfg.heldout_path, cfg, stage))
     return split_by_prompt(rows, cfg.heldout_fraction, cfg.seed)
+
+
+def _imitation_splits(cfg: DataConfig, environment: Any) -> TaskSplits:
+    from grpokit.envs.imitation import imitation_rows
+    from grpokit.trainer.setup import build_splits
+
+    splits = build_splits(cfg)
+    if not any(row.get("expert_turns") for row in splits.train):
+        raise DataError(f"stage 'sft' on data.task '{cfg.task}': its rows carry no expert turns to imitate; set data.path to a file in {STAGE_FORMATS['sft']}")
+    name = environment.name if environment is not None else None
+    options = environment.options if environment is not None else {}
+    role = environment.observation_role if environment is not None else "user"
+    try:
+        return TaskSplits(train=imitation_rows(splits.train, name, options, role), heldout=imitation_rows(splits.heldout, name, options, role))
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
 
 
 def _load(path: str, cfg: DataConfig, stage: str) -> list[dict]:

@@ -248,5 +248,5 @@ class TextNavigation:
             if self.early_stopping and self.steps > self.budget:
                 return self._end(0.0, pruned=True)
         note = " You bumped into something." if blocked else ""
-        info = {"steps": float(self.steps), "distance": self._distance(), "success": 0.0}
+        info = {"steps": float(self.steps), "distance": self._distance(), "success": 0.0, "n_gt": float(self.n_gt)}
         return StepResult(describe(self.world, self.agent) + note, 0.0, info=info)

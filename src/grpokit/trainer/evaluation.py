@@ -46,7 +46,7 @@ def _correct(backend, rows, prompt_texts, judge, batch_size: int, k: int, params
         batch = backend.generate(prompt_texts[s : s + batch_size], rows[s : s + batch_size], k, params)
         scores = score_completions([judge], batch.prompts, batch.completions, batch.columns(), on_error="zero")
         correct.append((scores.per_reward[judge.name].nan_to_num(0.0) >= 1.0).float().view(-1, k))
-        lengths.append(batch.completion_mask.sum(-1).cpu())
+        lengths.append(batch.unit_mask.sum(-1).cpu())  # sampled tokens (an episode's observations were not)
     if not correct:
         return torch.zeros(0, k, device="cpu"), torch.zeros(0, device="cpu")  # host-side metrics, as the lengths above
     return torch.cat(correct), torch.cat(lengths)

@@ -128,7 +128,7 @@ class OfflineTrainer:
             torch.set_num_threads(cfg.model.threads)
         setup.seed_everything(cfg.train.seed)
         self.run_dir = Path(cfg.logging.output_dir)
-        self.splits = load_offline_splits(cfg.data, cfg.stage)  # a row lacking the stage's columns: one line
+        self.splits = load_offline_splits(cfg.data, cfg.stage, cfg.environment)  # a row lacking the stage's columns: one line
         if model is None:
             model, tokenizer = setup.load_policy(cfg)
         elif cfg.model.lora.enabled and not hasattr(model, "peft_config"):

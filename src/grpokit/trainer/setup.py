@@ -7,6 +7,7 @@ import functools
 import inspect
 import math
 import random
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -92,11 +93,16 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_st
 
 
 def load_policy(cfg: Config) -> tuple[torch.nn.Module, Any]:
-    """The policy model (with LoRA if enabled) and its tokenizer."""
-    from grpokit.model.loading import load_model
+    """The policy model (with LoRA if enabled) and its tokenizer; a grpokit run folder loads its newest complete checkpoint."""
+    from grpokit.model.loading import EMBEDDED_MODELS, load_model
     from grpokit.model.lora import apply_lora
+    from grpokit.trainer.checkpoint import model_source
 
-    model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype, device=check_device(cfg))  # CUDA: SDPA / flash attention
+    name = cfg.model.name
+    if name not in EMBEDDED_MODELS and not Path(name).expanduser().exists():
+        raise ValueError(f"model.name '{name}' does not exist: give an embedded model ({', '.join(sorted(EMBEDDED_MODELS))}), "
+                         "a model folder, a .gguf file, or a grpokit run folder that an earlier `grpokit train` wrote")
+    model, tokenizer = load_model(model_source(name), dtype=cfg.model.dtype, device=check_device(cfg))  # CUDA: SDPA / flash attention
     if cfg.model.lora.enabled:
         model = apply_lora(model, cfg.model.lora)
     return model, tokenizer

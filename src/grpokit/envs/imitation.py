@@ -1,0 +1,47 @@
+"""Expert demonstrations as multi-turn SFT rows: replay a task's expert turns in its environment.
+
+ActiveVLN's first stage (Zhang et al., arXiv 2509.12618, §IV): imitation on a small set of expert
+trajectories, the loss on the action tokens only. A task whose rows carry ``expert_turns`` (and
+name their ``environment``) becomes SFT rows in TRL's prompt-completion format: ``prompt`` is the
+row's prompt, ``completion`` the conversation of expert turns (assistant messages) and the
+environment's observations between them (user / tool messages). The offline SFT stage trains
+only the assistant messages' tokens (:func:`grpokit.data.offline._conversation_ids`), so the
+learner sees the same token layout as a multi-turn episode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpokit.envs.base import StepResult, environment_factory
+from grpokit.envs.templates import observation_messages
+
+
+def expert_conversation(env: Any, row: dict[str, Any], observation_role: str = "user") -> list[dict[str, str]]:
+    """The expert's turns of ``row`` with the environment's observations between them (ends where the episode ends)."""
+    first = env.reset(row, 0)
+    if first:
+        raise ValueError("imitation rows need environments whose first observation is the row's prompt (reset returns '')")
+    messages: list[dict[str, str]] = []
+    for turn in row["expert_turns"]:
+        messages.append({"role": "assistant", "content": turn})
+        result = StepResult.of(env.step(turn))
+        if result.terminated or result.truncated:
+            break
+        messages += observation_messages(result.observation, observation_role)
+    return messages
+
+
+def imitation_rows(rows: list[dict[str, Any]], env_name: str | None, options: dict[str, Any], observation_role: str = "user") -> list[dict]:
+    """SFT rows ``{prompt, completion: [messages]}`` of every row's expert episode (other columns kept, ``answer`` dropped)."""
+    out = []
+    for i, row in enumerate(rows):
+        if not row.get("expert_turns"):
+            raise ValueError(f"imitation: row {i} of the task has no 'expert_turns' column; the task has no expert to imitate")
+        name = row.get("environment") or env_name
+        if not name:
+            raise ValueError("imitation: the rows name no environment and environment.name is null: set environment.name")
+        env = environment_factory(name)(**options)
+        kept = {k: v for k, v in row.items() if k not in ("answer", "completion")}
+        out.append({**kept, "completion": expert_conversation(env, row, observation_role)})
+    return out
