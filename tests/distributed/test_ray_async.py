@@ -162,3 +162,20 @@ def test_intellect2_preset_runs_with_rollout_workers_dynamic_sampling_and_correc
     assert all(0 <= m["async/staleness"] <= 2 for m in metrics)
     stale = [m for m in metrics if m["async/staleness"] > 0]
     assert stale and all("offpolicy/kl_k3" in m and m["offpolicy/staleness"] > 0 for m in stale)
+
+
+def test_rollout_workers_run_environment_episodes(model_dir, tmp_path):
+    """A worker steps the episodes itself and ships token-in/token-out trajectories: observation tokens out of the loss."""
+    cfg = make_cfg(model_dir, tmp_path / "env", **{
+        "distributed.rollout_workers": 1, "distributed.staleness": 1, "data.task": "guess_number", "data.task_options": "{}",
+        "environment.name": "guess_number", "environment.options": "{max_guesses: 3}", "environment.max_episode_tokens": 200,
+        "rewards": "[{name: env_return}, {name: env_info, kwargs: {key: valid_guess}}]", "eval.accuracy_reward": "env_return",
+    })
+    trainer = make_trainer(cfg)
+    try:
+        metrics = run_steps(trainer, 2)
+        batch, _, _ = trainer._collect()
+    finally:
+        trainer.close()
+    assert all(m["env/turns"] > 1 for m in metrics) and batch.action_mask is not None
+    assert bool((batch.completion_mask.bool() & ~batch.action_mask.bool()).any()) and batch.episodes

@@ -63,6 +63,10 @@ class RolloutWorker:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.backend = HFBackend(model, tokenizer, fused_decode=cfg.rollout.fused_decode)
+        if cfg.environment.name:  # multi-turn: the worker steps the episodes' environments itself
+            from grpokit.envs.episodes import EpisodeBackend
+
+            self.backend = EpisodeBackend(self.backend, cfg.environment, cfg.data.system_prompt, seed=cfg.train.seed)
         self.receiver = WeightReceiver(model, get=ray.get)
         self.board = board
         self.worker_id = worker_id
@@ -84,6 +88,8 @@ class RolloutWorker:
         ``rng_state`` is the state after sampling, for the learner to adopt.
         """
         version = self.receiver.update(ray.get(self.board.latest.remote()))
+        if hasattr(self.backend, "episode_seed"):  # episodes seeded by the request: a re-issued request replays them
+            self.backend.learner_step = request["id"]
         if request.get("rng_state") is not None:
             torch.set_rng_state(request["rng_state"])
         else:

@@ -24,8 +24,9 @@ def environment_problem(cfg: Any) -> Optional[str]:
     if cfg.rollout.backend != "hf":
         return (f"environment '{e.name}' needs token-level sampling of every turn, which rollout.backend="
                 f"{cfg.rollout.backend} does not offer yet: set rollout.backend=hf")
-    if cfg.distributed.rollout_workers:
-        return "environment episodes run in-process for now: set distributed.rollout_workers=0"
+    if cfg.distributed.rollout_workers and cfg.distributed.verify_rollouts:
+        return ("distributed.verify_rollouts (TOPLOC) commits one generation's hidden states, and an episode is several: "
+                "set distributed.verify_rollouts=false for environment runs")
     single_turn = {
         "verification.enabled": cfg.verification.enabled, "variational.enabled": cfg.variational.enabled,
         "algorithm.plan_delimiter": bool(cfg.algorithm.plan_delimiter),

@@ -216,9 +216,8 @@ class EpisodeBackend:
             out["action"][r, :n] = torch.tensor(ep.action, dtype=torch.long, device="cpu")
             out["logp"][r, :n] = torch.tensor(ep.logp, dtype=torch.float32, device="cpu")
             out["entropy"][r, :n] = torch.tensor(ep.entropy, dtype=torch.float32, device="cpu")
-        self.last_metrics = episode_metrics(episodes, out["action"], out["mask"])
         on = lambda x: x.to(device)  # noqa: E731
-        return RolloutBatch(
+        batch = RolloutBatch(
             prompt_ids=on(enc.input_ids), prompt_mask=on(enc.attention_mask), completion_ids=on(out["ids"]),
             completion_mask=on(out["mask"]), group_ids=torch.arange(len(rows), device=device).repeat_interleave(group_size),
             sampling_logp=on(out["logp"]), truncated=torch.tensor([not ep.terminated for ep in episodes], device=device),
@@ -227,6 +226,8 @@ class EpisodeBackend:
             rows=[rows[ep.row_index] for ep in episodes], engine=self.engine, action_mask=on(out["action"]),
             episodes=[episode_columns(ep) for ep in episodes],
         )
+        self.last_metrics = episode_metrics(batch)
+        return batch
 
 
 def episode_columns(ep: _Episode) -> dict[str, Any]:
@@ -235,19 +236,30 @@ def episode_columns(ep: _Episode) -> dict[str, Any]:
             "env_failed": ep.failed, **{f"env_{k}": v for k, v in ep.info.items()}}
 
 
-def episode_metrics(episodes: list[_Episode], action: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """``env/*`` metrics of a batch of finished episodes (means over episodes unless named otherwise)."""
-    n = max(len(episodes), 1)
+FIXED_COLUMNS = ("env_return", "messages", "turns", "env_terminated", "env_failed")
+
+
+def episode_metrics(batch: RolloutBatch) -> dict[str, float]:
+    """``env/*`` metrics of a batch of episodes (means over episodes unless named otherwise; {} for single-turn).
+
+    return, turns, terminated_frac, failed_episodes (a count), action_tokens / observation_tokens
+    (per episode: sampled, and appended from observations), and every numeric ``info`` key.
+    """
+    eps = batch.episodes
+    if not eps or batch.action_mask is None:
+        return {}
+    n = len(eps)
+    action, mask = batch.action_mask.float(), batch.completion_mask.float()
     out = {
-        "env/return": sum(ep.ret for ep in episodes) / n,
-        "env/turns": sum(ep.turns for ep in episodes) / n,
-        "env/terminated_frac": sum(ep.terminated for ep in episodes) / n,
-        "env/failed_episodes": float(sum(ep.failed for ep in episodes)),
+        "env/return": sum(float(e["env_return"]) for e in eps) / n,
+        "env/turns": sum(e["turns"] for e in eps) / n,
+        "env/terminated_frac": sum(bool(e["env_terminated"]) for e in eps) / n,
+        "env/failed_episodes": float(sum(bool(e["env_failed"]) for e in eps)),
         "env/action_tokens": float(action.sum()) / n,
         "env/observation_tokens": float((mask - action).sum()) / n,
     }
-    keys = sorted({k for ep in episodes for k in ep.info})
-    for k in keys:
-        values = [ep.info[k] for ep in episodes if k in ep.info]
-        out[f"env/{k}"] = sum(values) / len(values)
+    for key in sorted({k for e in eps for k in e if k.startswith("env_") and k not in FIXED_COLUMNS}):
+        values = [float(e[key]) for e in eps if e.get(key) is not None]
+        if values:
+            out[f"env/{key[4:]}"] = sum(values) / len(values)
     return out

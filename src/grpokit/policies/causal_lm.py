@@ -63,10 +63,9 @@ class CausalLMPolicy:
             self.backend.learner_step = step
 
     def sampler_metrics(self) -> dict[str, float]:
-        """The sampler's own metrics (an engine's last weight-sync check, episodes' ``env/*``), logged with the step."""
+        """The sampler's own metrics (an engine's last weight-sync check), logged with the step."""
         diff = getattr(self.backend, "last_sync_diff", None)
-        out = {"rollout/sync_logp_diff": float(diff)} if diff is not None else {}
-        return {**out, **getattr(self.backend, "last_metrics", {})}
+        return {"rollout/sync_logp_diff": float(diff)} if diff is not None else {}
 
     def sample(self, prompts: list[str], rows: list[dict[str, Any]], group_size: int, params: SamplingParams) -> RolloutBatch:
         return self.backend.generate(prompts, rows, group_size, params)

@@ -26,6 +26,7 @@ from grpokit.config.loading import dump_yaml
 from grpokit.config.schema import Config
 from grpokit.data.sampler import CurriculumSampler, PromptSampler
 from grpokit.distributed.ddp import SilentLogger, init_learners
+from grpokit.envs.episodes import episode_metrics
 from grpokit.registries import get_registry
 from grpokit.registry import call_with
 from grpokit.trainer import checkpoint as ckpt_io
@@ -144,6 +145,7 @@ class Trainer:
             **metrics,
             **self.policy.sampler_metrics(),
             **rollout_entropy(batch),
+            **episode_metrics(batch),  # env/*: multi-turn batches only, in-process or from rollout workers
             **learn,
             "lr": self.scheduler.get_last_lr()[0],
             "completion_len/mean": gen_tokens / len(batch),
