@@ -65,6 +65,8 @@ MECHANISM = {
     "safe_multilabel": [("reward/rm_score/mean", lambda v: v == v)],  # scored by the multi-label reward model
     "guess_number": [("env/turns", lambda v: v > 1),  # episodes went on after "higher" / "lower"
                      ("env/observation_tokens", lambda v: v > 0), ("env/valid_guess", lambda v: 0 <= v <= 1)],
+    "tool_use": [("env/tool_calls", lambda v: v >= 0),  # the tools environment parsed every final turn
+                 ("env/answered", lambda v: 0 <= v <= 1), ("env/well_formed", lambda v: 0 <= v <= 1)],
     "activevln": [("env/turns", lambda v: v >= 1), ("env/steps", lambda v: v >= 1),  # episodes acted in the world
                   ("env/n_gt", lambda v: v >= 1)],  # the step budget came from the expert path
     "activevln_sft": [("loss", lambda v: v > 0), ("tokens", lambda v: v > 0)],
