@@ -30,6 +30,7 @@ def guess_cfg(tmp_path, *extra, rewards=SOLVED):
     (("environment.name=maze",), "unknown environment 'maze'"),
     (("verification.enabled=true", "algorithm.loss=grpo_verif"), "verification.enabled"),
     (("environment.max_episode_tokens=3",), "raise it"),
+    (("environment.name=null", "data.task=arithmetic", "data.task_options={}"), "reward 'env_return' reads an environment episode"),
 ])
 def test_an_environment_run_that_cannot_work_is_refused_in_one_line(tmp_path, extra, expected):
     with pytest.raises(RunContractError) as err:

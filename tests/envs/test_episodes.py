@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from grpokit.envs.base import ENVIRONMENTS, environment_factory
-from grpokit.envs.episodes import EpisodeBackend
+from grpokit.envs.episodes import EpisodeBackend, episode_metrics
 from grpokit.envs.pool import EnvironmentFailure
 from grpokit.envs.templates import TurnTemplate
 from grpokit.policies.causal_lm import CausalLMPolicy
@@ -68,7 +68,7 @@ def test_observation_and_template_tokens_carry_action_mask_0_and_sampled_tokens_
         assert len(turns) == 3 and batch.completions[r] == turns[-1]
         assert ep["env_action_len"] == len(turns[-1])  # the environment saw this row's own turn text
     assert len({len(m["content"]) for ep in batch.episodes for m in ep["messages"] if m["role"] == "assistant"}) > 1
-    m = backend.last_metrics
+    m = episode_metrics(batch)
     assert m["env/turns"] == 3 and m["env/return"] == 3 and m["env/t"] == 3 and m["env/failed_episodes"] == 0
     assert m["env/observation_tokens"] > 0 and m["env/action_tokens"] > 0
 
@@ -111,7 +111,7 @@ def test_trained_ids_are_the_sampled_ids_even_when_decode_then_encode_would_chan
 def test_an_environment_that_raises_ends_its_episode_or_stops_the_run_by_name(tiny):
     backend, batch = episodes(tiny, options={"raise_at": 2})
     assert all(ep["env_failed"] and ep["turns"] == 2 and not ep["env_terminated"] for ep in batch.episodes)
-    assert backend.last_metrics["env/failed_episodes"] == 4 and bool(batch.truncated.all())
+    assert episode_metrics(batch)["env/failed_episodes"] == 4 and bool(batch.truncated.all())
     with pytest.raises(EnvironmentFailure) as err:
         episodes(tiny, options={"raise_at": 2}, on_error="raise")
     msg = str(err.value)

@@ -9,6 +9,9 @@ def environment_problem(cfg: Any) -> Optional[str]:
     """Why ``cfg`` cannot run environment episodes as configured (one line), or None."""
     e = cfg.environment
     if not e.name:
+        episodic = [r.name for r in cfg.rewards if r.name in ("env_return", "env_info")]
+        if episodic:
+            return f"reward '{episodic[0]}' reads an environment episode, but environment.name is null: set environment.name or drop the reward"
         return None
     from grpokit.envs.base import ENVIRONMENTS, environment_factory
 

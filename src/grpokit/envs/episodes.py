@@ -78,7 +78,6 @@ class EpisodeBackend:
         eos_text = self.tokenizer.convert_ids_to_tokens(self.eos_ids[0])
         self.template = TurnTemplate(self.tokenizer, eos_text)
         self._step, self._calls = 0, 0
-        self.last_metrics: dict[str, float] = {}
 
     @property
     def learner_step(self) -> int:
@@ -217,7 +216,7 @@ class EpisodeBackend:
             out["logp"][r, :n] = torch.tensor(ep.logp, dtype=torch.float32, device="cpu")
             out["entropy"][r, :n] = torch.tensor(ep.entropy, dtype=torch.float32, device="cpu")
         on = lambda x: x.to(device)  # noqa: E731
-        batch = RolloutBatch(
+        return RolloutBatch(
             prompt_ids=on(enc.input_ids), prompt_mask=on(enc.attention_mask), completion_ids=on(out["ids"]),
             completion_mask=on(out["mask"]), group_ids=torch.arange(len(rows), device=device).repeat_interleave(group_size),
             sampling_logp=on(out["logp"]), truncated=torch.tensor([not ep.terminated for ep in episodes], device=device),
@@ -226,8 +225,6 @@ class EpisodeBackend:
             rows=[rows[ep.row_index] for ep in episodes], engine=self.engine, action_mask=on(out["action"]),
             episodes=[episode_columns(ep) for ep in episodes],
         )
-        self.last_metrics = episode_metrics(batch)
-        return batch
 
 
 def episode_columns(ep: _Episode) -> dict[str, Any]:
