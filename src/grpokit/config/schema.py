@@ -109,6 +109,15 @@ class EnvironmentConfig:
 
 
 @dataclass
+class VisionConfig:
+    """Images and video for a vision-language policy (``model.name`` a Qwen2-VL folder or ``tiny-qwen2vl``)."""
+
+    mask_probability: float = opt(0.6, "PAPO's masked image: each processor-patch square of the image is blackened with this probability (authors: 0.6)", ge=0, le=1)
+    min_frames: int = opt(0, "a row's video must have at least this many frames (0 = the processor's temporal patch, 2)", ge=0)
+    too_large: str = opt("resize", "an image above the processor's pixel limit: resize it into the limit (Qwen2-VL's smart_resize) or refuse the row", choices=["resize", "refuse"])
+
+
+@dataclass
 class RewardConfig:
     """One reward function and its weight in the total reward."""
 
@@ -289,6 +298,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig, metadata={"doc": "prompts"})
     rollout: RolloutConfig = field(default_factory=RolloutConfig, metadata={"doc": "sampling"})
     environment: EnvironmentConfig = field(default_factory=EnvironmentConfig, metadata={"doc": "multi-turn environment episodes (off by default)"})
+    vision: VisionConfig = field(default_factory=VisionConfig, metadata={"doc": "images and video of a vision-language policy"})
     rewards: list = field(
         default_factory=lambda: [RewardConfig()],
         metadata={"doc": "reward functions (list of {name, weight, kwargs})", "item_type": RewardConfig},

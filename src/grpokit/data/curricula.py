@@ -40,8 +40,14 @@ _REWORDINGS = {
 
 
 def prompt_key(row: dict) -> str:
-    """The original prompt text of ``row`` (before any curriculum changed it)."""
-    return row.get(SOURCE_KEY, row["prompt"])
+    """The original prompt of ``row`` (before any curriculum changed it), with its ``id`` when it has one.
+
+    The id matters for rows whose question text repeats over different images or clips (the
+    ``vision_qa`` / ``video_qa`` tasks): each row is its own prompt.
+    """
+    if SOURCE_KEY in row:
+        return row[SOURCE_KEY]
+    return f"{row['prompt']}#{row['id']}" if "id" in row else row["prompt"]
 
 
 def _check_lengths(rows: list[dict], group_accuracy: list[float]) -> None:
@@ -178,6 +184,20 @@ def reword_and_distract(
     return {**row, "prompt": prompt}
 
 
+def modality_hint(row: dict, fraction: float, rng: random.Random) -> str | None:
+    """Rows with images or video: a where-to-look hint (``grpokit.vision.tasks.visual_hint``); text rows: :func:`worked_steps_hint`."""
+    from grpokit.vision.tasks import is_visual, visual_hint
+
+    return visual_hint(row, fraction, rng) if is_visual(row) else worked_steps_hint(row, fraction, rng)
+
+
+def modality_perturber(row: dict, strength: float, rng: random.Random) -> dict | None:
+    """Rows with images or video: Gaussian frame noise (``noisy_frames_copy``); text rows: :func:`reword_and_distract`."""
+    from grpokit.vision.tasks import is_visual, noisy_frames_copy
+
+    return noisy_frames_copy(row, strength, rng) if is_visual(row) else reword_and_distract(row, strength, rng)
+
+
 @CURRICULA.register("difficulty_augmentation")
 class DifficultyAugmentation(Curriculum):
     """Hint prompts harder than recent ones, perturb easier ones: ΔR(x) = mean_{B_W} R̄ − R̄(x).
@@ -188,9 +208,11 @@ class DifficultyAugmentation(Curriculum):
     observed group mean (or an EMA with ``prompt_ema`` = α [inferred]). When the row is drawn:
 
     - ΔR > margin (hard): ``prompt + "\\n" + hint_builder(row, f, rng)``, f = clip(|ΔR|/r_range, 0, 1)
-      (default :func:`worked_steps_hint`); a hint that :func:`hint_leaks` the gold answer's
-      digits, from any builder, is refused (row unchanged, counted in ``hint_refused``);
-    - ΔR < −margin (easy): ``perturber(row, f, rng)`` (a changed copy, same "answer");
+      (default :func:`modality_hint`: the worked method's first steps, or where to look in an
+      image / clip); a hint that :func:`hint_leaks` the gold answer's digits, from any builder,
+      is refused (row unchanged, counted in ``hint_refused``);
+    - ΔR < −margin (easy): ``perturber(row, f, rng)`` (a changed copy, same "answer"; default
+      :func:`modality_perturber`: reworded with distractors, or frames with Gaussian noise);
     - otherwise, or for a prompt never observed or before ``min_buffer`` samples: unchanged.
 
     ``margin`` (default 1e-6, absorbs float error) and ``min_buffer`` are [inferred].
@@ -220,8 +242,8 @@ class DifficultyAugmentation(Curriculum):
         self.window, self.r_range, self.margin = window, r_range, margin
         self.min_buffer, self.prompt_ema = min_buffer, prompt_ema
         self.measure_augmented = measure_augmented
-        self.hint_builder = hint_builder or worked_steps_hint
-        self.perturber = perturber or reword_and_distract
+        self.hint_builder = hint_builder or modality_hint
+        self.perturber = perturber or modality_perturber
         self.buffer: deque[float] = deque(maxlen=window)
         self.difficulty: dict[str, float] = {}  # prompt -> R̄(x)
         self.counts = {"hinted": 0, "perturbed": 0, "unchanged": 0, "hint_unavailable": 0, "hint_refused": 0}

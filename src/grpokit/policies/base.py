@@ -64,6 +64,24 @@ class UnitForward:
     backward: Callable[[torch.Tensor], None]
 
 
+class ModulePolicy:
+    """What every in-process family shares: ``module`` (the trained model) and ``backend`` (its sampler)."""
+
+    module: torch.nn.Module
+    backend: Any
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.module.parameters()).device
+
+    @property
+    def pad_id(self) -> int:
+        return self.backend.pad_id
+
+    def trainable_parameters(self) -> Iterator[torch.nn.Parameter]:
+        return (p for p in self.module.parameters() if p.requires_grad)
+
+
 class Policy(Protocol):
     """What the trainer needs from a policy family (see the module docstring)."""
 

@@ -11,17 +11,17 @@ arXiv 2506.03077) and activation checkpointing.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import torch
 
 from grpokit.model.logprobs import PromptStage, completion_logprobs
 from grpokit.model.streambp import streamed_backward, streamed_forward
-from grpokit.policies.base import Capabilities, UnitForward
+from grpokit.policies.base import Capabilities, ModulePolicy, UnitForward
 from grpokit.rollout.types import RolloutBatch, SamplingParams
 
 
-class CausalLMPolicy:
+class CausalLMPolicy(ModulePolicy):
     """A transformers causal LM (optionally LoRA), its tokenizer, a sampler and frozen reference / teacher.
 
     temperature: learner logits are divided by it (as the sampler did); sequence_chunk > 0:
@@ -44,17 +44,6 @@ class CausalLMPolicy:
     def capabilities_for(engine: str) -> Capabilities:
         """What the text family gives with sampler ``engine`` ('hf' or 'vllm'; vLLM returns no entropies)."""
         return Capabilities(unit_kind="token", entropy=engine == "hf", behaviour_logprobs_exact=True, engine=engine)
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.module.parameters()).device
-
-    @property
-    def pad_id(self) -> int:
-        return self.backend.pad_id
-
-    def trainable_parameters(self) -> Iterator[torch.nn.Parameter]:
-        return (p for p in self.module.parameters() if p.requires_grad)
 
     # ------------------------------------------------------------------ sampling
     def begin_step(self, step: int) -> None:

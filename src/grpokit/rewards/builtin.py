@@ -144,6 +144,21 @@ def math_verify(
     return scores
 
 
+@REWARDS.register("answer_word")
+def answer_word(prompts: list[str], completions: list[str], answer: Sequence | None = None, **kwargs: Any) -> list[float | None]:
+    """1.0 if the completion's first word (lower-cased, punctuation stripped) is the ``answer`` column's word, else 0.0.
+
+    For one-word answers (the ``vision_qa`` / ``video_qa`` tasks); None where the answer is None.
+    """
+    answers = _require("answer_word", "answer", answer, len(completions))
+    out: list[float | None] = []
+    for text, gold in zip(completions, answers):
+        words = text.split()
+        first = words[0].strip(".,!?:;'\"").lower() if words else ""
+        out.append(None if gold is None else float(first == str(gold).strip().lower()))
+    return out
+
+
 @REWARDS.register("format_regex")
 def format_regex(
     prompts: list[str], completions: list[str], pattern: str = r"^\s*\S.*", **kwargs: Any

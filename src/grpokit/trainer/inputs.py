@@ -37,9 +37,14 @@ def _always(cfg: Config) -> Optional[str]:
 
 
 def _capabilities(cfg: Config):
-    """The capabilities the run's policy family declares (the text causal-LM family with its sampler)."""
+    """The capabilities the run's policy family declares (vision-language, or the text causal-LM family with its sampler)."""
     from grpokit.policies.causal_lm import CausalLMPolicy
+    from grpokit.vision.checks import vision_run
 
+    if vision_run(cfg):
+        from grpokit.policies.vision_lm import VisionLMPolicy
+
+        return VisionLMPolicy.capabilities_for()
     return CausalLMPolicy.capabilities_for(cfg.rollout.backend)
 
 
@@ -98,7 +103,7 @@ def _aux(cfg: Config) -> Optional[str]:
     if _capabilities(cfg).condition_override:
         return None
     return ("it needs a second forward on a transformed condition (a masked image), which only a vision-language "
-            "policy gives; the text policy and this data have no image column")
+            f"policy gives; model.name '{cfg.model.name}' is a text policy: use a Qwen2-VL folder or tiny-qwen2vl, with image rows")
 
 
 MISSING: dict[str, Missing] = {
@@ -156,10 +161,11 @@ def check_run(cfg: Config) -> None:
         except ValueError as exc:
             raise RunContractError(str(exc)) from None
     from grpokit.envs.checks import environment_problem
+    from grpokit.vision.checks import vision_problem
 
-    problem = environment_problem(cfg)
-    if problem is not None:
-        raise RunContractError(problem)
+    for problem in (environment_problem(cfg), vision_problem(cfg)):
+        if problem is not None:
+            raise RunContractError(problem)
     if cfg.variational.enabled:
         from grpokit.trainer.variational import config_problem
 
@@ -181,6 +187,11 @@ def check_data(cfg: Config, rows: list[dict]) -> None:
             f"variational.enabled needs the reference answer of every training row (its posterior is prompted with it): "
             f"{missing} of {len(rows)} rows have no 'answer' (set data.answer_column to the column that holds it)"
         )
+    from grpokit.vision.checks import data_problem
+
+    problem = data_problem(cfg, rows, "aux_logp" in needed_inputs(cfg))
+    if problem is not None:
+        raise RunContractError(problem)
     named = sorted({row["environment"] for row in rows if row.get("environment")})
     if named and not cfg.environment.name:
         raise RunContractError(

@@ -118,6 +118,9 @@ class Trainer:
         return {k: v for k, v in parts.items() if v is not None}
 
     def _prompt_texts(self, rows: list[dict]) -> list[str]:
+        render = getattr(self.policy, "render", None)  # a vision-language policy adds the image / video parts
+        if render is not None:
+            return render(rows, self.cfg.data.system_prompt)
         return setup.render_all(self.tokenizer, rows, self.cfg.data.system_prompt)
 
     # ------------------------------------------------------------------ one step
@@ -200,7 +203,7 @@ class Trainer:
         self.model.train()
         keep = self._rows_with_gradient(lb)
         parts = self.learners.parts(lb.rollout, self.cfg.train.micro_batch_size, keep)  # all of it, or this rank's whole groups
-        scored = [n for n in ("old_logp", "ref_logp", "teacher_logp") if n in self.needs] + (["old_logp"] if algo.num_iterations > 1 else [])
+        scored = [n for n in ("old_logp", "ref_logp", "teacher_logp", "aux_logp") if n in self.needs] + (["old_logp"] if algo.num_iterations > 1 else [])
         score_inputs(self.policy, lb, parts, sorted(set(scored), key=scored.index))
         if scored:
             release_free_memory(self.policy.device)  # the scoring forwards' freed activations, before the learner's peak

@@ -16,16 +16,20 @@ from grpokit.rollout.types import RolloutBatch, SamplingParams
 from grpokit.trainer.learn_batch import LearnBatch
 from grpokit.trainer.spans import span_mask_through_text
 
-# Scored inputs: the policy role whose no-grad log-probs fill the field.
+# Scored inputs: the policy role (and transformed condition) whose no-grad log-probs fill the field.
 SCORED_ROLES = {"old_logp": "current", "ref_logp": "reference", "teacher_logp": "teacher"}
+CONDITIONED = {"aux_logp": ("current", "masked")}  # PAPO: the same tokens under the masked image, before the update
 
 
 def score_inputs(policy: Policy, lb: LearnBatch, parts: list[tuple[torch.Tensor, RolloutBatch]], names: list[str]) -> None:
-    """Fill each scored field of ``names`` (see :data:`SCORED_ROLES`) micro-batch by micro-batch."""
+    """Fill each scored field of ``names`` (see :data:`SCORED_ROLES`, :data:`CONDITIONED`) micro-batch by micro-batch."""
     for name in names:
-        role = SCORED_ROLES[name]
         for rows, mb in parts:
-            lb.set_rows(name, rows, policy.score(mb, role))
+            if name in CONDITIONED:
+                role, condition = CONDITIONED[name]
+                lb.set_rows(name, rows, policy.score(mb, role, condition=condition))
+            else:
+                lb.set_rows(name, rows, policy.score(mb, SCORED_ROLES[name]))
 
 
 def constraint_kl(policy: Policy, lb: LearnBatch, parts, learners: Any) -> torch.Tensor:

@@ -99,7 +99,14 @@ def load_policy(cfg: Config) -> tuple[torch.nn.Module, Any]:
     from grpokit.trainer.checkpoint import model_source
 
     name = cfg.model.name
-    if name not in EMBEDDED_MODELS and not Path(name).expanduser().exists():
+    from grpokit.vision.loading import EMBEDDED_VISION, is_vision_model
+
+    if is_vision_model(name):
+        from grpokit.vision.loading import load_vision_model
+
+        model, tokenizer, _ = load_vision_model(name, dtype=cfg.model.dtype, device=check_device(cfg))
+        return (apply_lora(model, cfg.model.lora) if cfg.model.lora.enabled else model), tokenizer
+    if name not in EMBEDDED_MODELS and name not in EMBEDDED_VISION and not Path(name).expanduser().exists():
         raise ValueError(f"model.name '{name}' does not exist: give an embedded model ({', '.join(sorted(EMBEDDED_MODELS))}), "
                          "a model folder, a .gguf file, or a grpokit run folder that an earlier `grpokit train` wrote")
     model, tokenizer = load_model(model_source(name), dtype=cfg.model.dtype, device=check_device(cfg))  # CUDA: SDPA / flash attention
@@ -164,7 +171,11 @@ def build_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, learners: 
     from grpokit.policies.causal_lm import CausalLMPolicy
     from grpokit.rollout import make_backend
     from grpokit.rollout.hf import HFBackend
+    from grpokit.vision.loading import VISION_MODEL_TYPES
 
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if getattr(base.config, "model_type", None) in VISION_MODEL_TYPES:
+        return build_vision_policy(cfg, model, tokenizer, needs_ref)
     if learners.is_main:
         backend = make_backend(cfg.rollout, model, tokenizer, seed=cfg.train.seed)
         if cfg.environment.name:  # multi-turn: every "completion" is an environment episode
@@ -178,6 +189,21 @@ def build_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, learners: 
         model, tokenizer, backend, reference=reference_model(model, cfg, needs_ref), teacher=teacher,
         temperature=cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0,
         sequence_chunk=cfg.train.sequence_chunk, checkpoint=cfg.train.activation_checkpointing, use_reference=needs_ref,
+    )
+
+
+def build_vision_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, needs_ref: bool):
+    """The run's :class:`~grpokit.policies.vision_lm.VisionLMPolicy` (processor from ``model.name``'s folder)."""
+    from grpokit.policies.vision_lm import VisionLMPolicy
+    from grpokit.vision.loading import resolve
+    from grpokit.vision.processor import VisionProcessor
+
+    v = cfg.vision
+    processor = VisionProcessor.from_pretrained(resolve(cfg.model.name), tokenizer, too_large=v.too_large)
+    return VisionLMPolicy(
+        model, tokenizer, processor, reference=reference_model(model, cfg, needs_ref), use_reference=needs_ref,
+        temperature=cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0,
+        mask_probability=v.mask_probability, seed=cfg.train.seed, min_frames=v.min_frames,
     )
 
 

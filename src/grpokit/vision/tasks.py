@@ -1,0 +1,123 @@
+"""Built-in image and video tasks (TRL's ``images`` column; a ``video`` column of frames), and their augmentations.
+
+``vision_qa``: one 56 px image of 1-4 shapes, a colour / count / shape question, a one-word
+answer. ``video_qa``: a 4-frame clip, a motion-direction or which-colour-first question. Rows carry
+``id`` (the curricula key: the question text repeats across images), ``kind`` and ``answer``.
+
+DeepVideo-R1's difficulty-aware augmentation in the video domain ("DeepVideo-R1: Video
+Reinforcement Fine-Tuning via Difficulty-aware Regressive GRPO", arXiv 2506.07464, §3.3):
+
+* too easy -> :func:`noisy_frames_copy`: the clip (or image) with Gaussian frame noise, sigma
+  growing with the difficulty gap (the paper's difficulty-increasing augmentation);
+* too hard -> :func:`visual_hint`: a partial reasoning prefix that says *where to look*, never the
+  answer (the paper's difficulty-decreasing augmentation; the hint's text is grpokit's).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from typing import Any, Optional
+
+from grpokit.data.tasks import TASKS, TaskSplits
+from grpokit.vision.procedural import image_question, noise_frames, video_question
+
+ONE_WORD = " Answer with one word."
+IMAGE_KINDS = ("colour", "count", "shape")
+VIDEO_KINDS = ("motion", "first")
+HINTS = {
+    "colour": "Look at the colour of each shape.",
+    "count": "Count each shape in the image.",
+    "shape": "Look at the edges of each shape.",
+    "motion": "Look at where the square is in the first frame and in the last frame, and compare.",
+    "first": "Look at the first frame: which square is already there?",
+}
+
+
+def _digest(frames) -> str:
+    h = hashlib.sha1()
+    for f in frames:
+        h.update(f.tobytes())
+    return h.hexdigest()
+
+
+def _splits(task: str, seed: int, n_train: int, n_heldout: int, draw) -> TaskSplits:
+    """Held-out rows from their own seeded stream, then training rows; no image (or clip) occurs in both."""
+    if n_train < 0 or n_heldout < 0:
+        raise ValueError(f"task '{task}': n_train and n_heldout must be >= 0")
+    seen: set[str] = set()
+
+    def fill(split: str, n: int) -> list[dict]:
+        rng, rows = random.Random(f"grpokit/{task}/{split}/{seed}"), []
+        while len(rows) < n:
+            row, frames = draw(rng)
+            key = _digest(frames)
+            if key in seen:
+                continue
+            seen.add(key)
+            rows.append({**row, "id": f"{task}/{split}/{seed}/{len(rows)}", "task": task})
+        return rows
+
+    heldout = fill("heldout", n_heldout)  # first: it does not change when n_train changes
+    return TaskSplits(train=fill("train", n_train), heldout=heldout)
+
+
+def _check_kinds(task: str, kinds: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    bad = [k for k in kinds if k not in allowed]
+    if not kinds or bad:
+        raise ValueError(f"task '{task}': option 'kinds' must be a non-empty list of {', '.join(allowed)}; got {list(kinds)}")
+    return kinds
+
+
+@TASKS.register("vision_qa")
+def vision_qa(seed: int, n_train: int, n_heldout: int, *, kinds: Any = IMAGE_KINDS, size: int = 56) -> TaskSplits:
+    """Image questions (``images``: one PIL image) with one-word answers; ``kinds`` of colour, count, shape."""
+    kinds = _check_kinds("vision_qa", kinds, IMAGE_KINDS)
+
+    def draw(rng: random.Random):
+        kind = rng.choice(kinds)
+        image, question, answer = image_question(kind, rng, size)
+        return {"prompt": question + ONE_WORD, "images": [image], "answer": answer, "kind": kind}, [image]
+
+    return _splits("vision_qa", seed, n_train, n_heldout, draw)
+
+
+@TASKS.register("video_qa")
+def video_qa(seed: int, n_train: int, n_heldout: int, *, kinds: Any = VIDEO_KINDS, size: int = 56, frames: int = 4) -> TaskSplits:
+    """Clip questions (``video``: ``frames`` PIL frames) with one-word answers; ``kinds`` of motion, first."""
+    kinds = _check_kinds("video_qa", kinds, VIDEO_KINDS)
+
+    def draw(rng: random.Random):
+        kind = rng.choice(kinds)
+        clip, question, answer = video_question(kind, rng, size, frames)
+        return {"prompt": question + ONE_WORD, "video": clip, "answer": answer, "kind": kind}, clip
+
+    return _splits("video_qa", seed, n_train, n_heldout, draw)
+
+
+# ---------------------------------------------------------------------------- augmentations
+def is_visual(row: dict) -> bool:
+    return bool(row.get("images")) or row.get("video") is not None
+
+
+def noisy_frames_copy(row: dict, strength: float, rng: random.Random, base_sigma: float = 20.0,
+                      max_sigma: float = 80.0) -> Optional[dict]:
+    """A harder copy: every frame (or image) plus N(0, sigma^2) noise, sigma = base + strength (max - base); same answer."""
+    sigma = base_sigma + min(max(strength, 0.0), 1.0) * (max_sigma - base_sigma)
+    if row.get("video") is not None:
+        return {**row, "video": noise_frames(row["video"], sigma, rng)}
+    if row.get("images"):
+        return {**row, "images": noise_frames(row["images"], sigma, rng)}
+    return None
+
+
+def visual_hint(row: dict, fraction: float, rng: random.Random) -> Optional[str]:
+    """Where to look for the row's question kind (never the answer word; None for a row of unknown kind)."""
+    hint = HINTS.get(row.get("kind", ""))
+    if hint is None:
+        return None
+    words = {w.strip(".,?:!").lower() for w in hint.split()}
+    if str(row.get("answer", "")).lower() in words:
+        return None  # would name the answer
+    return "Hint: " + hint

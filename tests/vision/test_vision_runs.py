@@ -1,0 +1,172 @@
+"""Vision-language runs through the trainer, load-time refusals of bad input, tasks and augmentations."""
+
+import random
+
+import pytest
+import torch
+from PIL import Image
+
+from grpokit.config import load_config
+from grpokit.trainer.inputs import RunContractError, check_data, check_run
+from grpokit.vision.procedural import DIRECTIONS, noise_frames, video_question
+
+
+@pytest.fixture(scope="module")
+def tiny_vlm_dir(tmp_path_factory):
+    from grpokit.vision.tiny_qwen2vl import save_tiny_qwen2vl
+
+    return save_tiny_qwen2vl(tmp_path_factory.mktemp("vlm"), seed=0)
+
+
+def vision_cfg(tmp_path, folder, preset="vision_grpo", *extra):
+    return load_config(preset=preset, overrides=[
+        f"model.name={folder}", f"logging.output_dir={tmp_path / 'run'}", "logging.progress=false",
+        "logging.log_samples_every=0", "data.n_train=8", "data.n_heldout=4", "rollout.group_size=2",
+        "rollout.prompts_per_step=2", "train.steps=1", "train.max_minutes=0", "eval.before=false", "eval.after=false",
+        "logging.checkpoint_every=0", *extra,
+    ])
+
+
+def test_a_tiny_qwen2vl_saved_by_the_test_trains_with_papo_by_model_name(tmp_path, tiny_vlm_dir):
+    from grpokit.trainer.loop import Trainer
+
+    torch.manual_seed(0)
+    trainer = Trainer(vision_cfg(tmp_path, tiny_vlm_dir, "papo"))
+    assert type(trainer.policy).__name__ == "VisionLMPolicy" and trainer.policy.capabilities.condition_override
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    metrics = trainer.train_step()
+    assert metrics["papo/kl_prcp"] > 0  # the masked image changed the log-probs of the sampled answers
+    assert metrics["learn/updates"] == 1
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    result = trainer.evaluate("after")
+    assert result["n"] == 4
+
+
+def test_deepvideo_r1_trains_on_video_with_the_video_augmentation(tmp_path, tiny_vlm_dir):
+    from grpokit.trainer.loop import Trainer
+
+    trainer = Trainer(vision_cfg(tmp_path, tiny_vlm_dir, "deepvideo_r1"))
+    rows = trainer.splits.train
+    assert all(len(r["video"]) == 4 and "images" not in r for r in rows)
+    metrics = trainer.train_step()
+    assert metrics["learn/updates"] == 2  # Reg-GRPO's two updates per batch
+
+
+def test_papo_is_refused_on_a_text_policy_and_without_images(tmp_path, tiny_vlm_dir):
+    text = load_config(preset="demo", overrides=["algorithm.loss=papo", f"logging.output_dir={tmp_path}"])
+    with pytest.raises(RunContractError, match="masked image.*text policy"):
+        check_run(text)
+    cfg = vision_cfg(tmp_path, tiny_vlm_dir, "papo", "data.task=arithmetic", "data.task_options={}")
+    with pytest.raises(RunContractError, match="no training row has an 'images'"):
+        check_data(cfg, [{"prompt": "What is 1 + 1?", "answer": "2"}])
+
+
+def test_an_image_column_on_a_text_only_policy_is_refused_naming_the_row(tmp_path):
+    cfg = load_config(preset="demo", overrides=[f"logging.output_dir={tmp_path}"])
+    rows = [{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2", "images": ["x.png"]}]
+    with pytest.raises(RunContractError, match="training row 1 has an 'images' column.*text-only policy"):
+        check_data(cfg, rows)
+
+
+@pytest.mark.parametrize("setting,expected", [
+    ("rollout.backend=vllm", "set rollout.backend=hf"),
+    ("train.sequence_chunk=4", "StreamBP is text-only"),
+    ("algorithm.loss_options={aux_grad: true}", "aux_grad=false"),
+])
+def test_unsupported_settings_with_a_vision_policy_fail_at_load(tmp_path, tiny_vlm_dir, setting, expected):
+    with pytest.raises(RunContractError) as err:
+        check_run(vision_cfg(tmp_path, tiny_vlm_dir, "papo", setting))
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_bad_images_and_videos_are_refused_naming_row_and_column(tmp_path, tiny_vlm_dir):
+    from grpokit.vision.loading import load_vision_model
+    from grpokit.vision.processor import VisionInputError, VisionProcessor
+
+    _, tok, proc = load_vision_model(tiny_vlm_dir)
+    with pytest.raises(VisionInputError, match=r"row 3, column 'images'\[0\]: image file '.*nope.png' does not exist"):
+        proc.pixels([str(tmp_path / "nope.png")], where="row 3")
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not a png")
+    with pytest.raises(VisionInputError, match="cannot be read"):
+        proc.pixels([str(broken)], where="row 0")
+    frames, _, _ = video_question("motion", random.Random(0))
+    with pytest.raises(VisionInputError, match="column 'video' has 2 frames; the config asks for at least 4"):
+        proc.pixels([], frames[:2], where="row 1", min_frames=4)
+    big = Image.new("RGB", (400, 400))
+    rows, grid = proc.image_rows([big])  # resized into the pixel limit (112 x 112) by smart_resize
+    assert int(grid[0, 1] * grid[0, 2]) * 14 * 14 <= proc.max_pixels
+    strict = VisionProcessor(tok, proc.image_processor, too_large="refuse")
+    with pytest.raises(VisionInputError, match="exceeds the processor's pixel limit"):
+        strict.pixels([big], where="row 2")
+    saved = tmp_path / "ok.png"
+    big.resize((56, 56)).save(saved)
+    assert strict.pixels([str(saved)], where="row 4").image_grid_thw.tolist() == [[1, 4, 4]]  # a path loads
+
+
+def _oracle_direction(frames) -> str:
+    """A fixed policy that reads the clip: its brightest pixel in the first and in the last frame."""
+    import numpy as np
+
+    def centroid(frame):
+        lum = np.asarray(frame.convert("L"), dtype=float)
+        y, x = np.unravel_index(int(lum.argmax()), lum.shape)
+        return float(x), float(y)
+
+    (x0, y0), (x1, y1) = centroid(frames[0]), centroid(frames[-1])
+    dx, dy = x1 - x0, y1 - y0
+    return ("right" if dx > 0 else "left") if abs(dx) >= abs(dy) else ("down" if dy > 0 else "up")
+
+
+def test_frame_noise_lowers_the_reward_of_a_fixed_policy():
+    from grpokit.rewards.builtin import answer_word
+    from grpokit.vision.tasks import noisy_frames_copy
+
+    rows = [{"video": c, "answer": a} for c, _, a in (video_question("motion", random.Random(i)) for i in range(40))]
+    clean = answer_word(None, [_oracle_direction(r["video"]) for r in rows], [r["answer"] for r in rows])
+    noisy_rows = [noisy_frames_copy(r, 1.0, random.Random(7)) for r in rows]
+    noisy = answer_word(None, [_oracle_direction(r["video"]) for r in noisy_rows], [r["answer"] for r in rows])
+    assert sum(clean) == len(rows) and sum(noisy) < sum(clean)
+    assert all(n["answer"] == r["answer"] and len(n["video"]) == 4 for n, r in zip(noisy_rows, rows))
+    assert noise_frames(rows[0]["video"], 0.0, random.Random(0))[0].tobytes() == rows[0]["video"][0].tobytes()
+
+
+def test_visual_hints_say_where_to_look_and_never_the_answer():
+    from grpokit.data.curricula import modality_hint, modality_perturber
+    from grpokit.vision.tasks import video_qa, vision_qa
+
+    rows = vision_qa(0, 20, 0).train + video_qa(0, 20, 0).train
+    for row in rows:
+        hint = modality_hint(row, 1.0, random.Random(0))
+        assert hint.startswith("Hint: ") and row["answer"] not in hint.lower().split()
+        harder = modality_perturber(row, 0.5, random.Random(0))
+        assert harder["answer"] == row["answer"] and harder["prompt"] == row["prompt"]
+    assert {r["answer"] for r in rows if r["kind"] == "motion"} <= set(DIRECTIONS)
+    assert len({r["id"] for r in rows}) == len(rows)  # curricula key rows by id: the question text repeats
+
+
+def test_vision_tasks_are_deterministic_and_disjoint():
+    from grpokit.vision.tasks import vision_qa
+
+    a, b = vision_qa(3, 30, 10), vision_qa(3, 30, 10)
+    assert [r["images"][0].tobytes() for r in a.train] == [r["images"][0].tobytes() for r in b.train]
+    held = {r["images"][0].tobytes() for r in a.heldout}
+    assert not held & {r["images"][0].tobytes() for r in a.train}
+    with pytest.raises(ValueError, match="option 'kinds'"):
+        vision_qa(0, 1, 1, kinds=["texture"])
+
+
+def test_answer_word_reads_the_first_word():
+    from grpokit.rewards.builtin import answer_word
+
+    assert answer_word(None, ["Red.", "blue red", "", "two"], ["red", "red", "red", None]) == [1.0, 0.0, 0.0, None]
+
+
+def test_the_tiny_tokenizer_knows_every_word_of_the_tasks_and_hints():
+    from grpokit.vision.tasks import HINTS, ONE_WORD
+    from grpokit.vision.procedural import QUESTIONS
+    from grpokit.vision.tiny_qwen2vl import build_tokenizer
+
+    tok = build_tokenizer()
+    for text in [*HINTS.values(), *QUESTIONS.values(), ONE_WORD, "Hint:"]:
+        assert tok.unk_token_id not in tok(text, add_special_tokens=False).input_ids, text
