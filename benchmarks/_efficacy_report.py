@@ -102,6 +102,16 @@ def task_section(task: Any, runs_by_method: dict[str, list[dict]], methods: list
     return out + [""]
 
 
+KEPT_START, KEPT_END = "<!-- kept:start -->", "<!-- kept:end -->"  # sections other benchmarks write (benchmarks/vision.py)
+
+
+def kept_block(text: str) -> list[str]:
+    """The lines between the kept markers of an existing report (markers included), or []."""
+    if KEPT_START not in text or KEPT_END not in text:
+        return []
+    return text[text.index(KEPT_START) : text.index(KEPT_END) + len(KEPT_END)].splitlines() + [""]
+
+
 def write_markdown(path: Path, header: list[str], sections: list[list[str]], unavailable: dict[str, str]) -> None:
     lines = list(header)
     for section in sections:
@@ -109,6 +119,7 @@ def write_markdown(path: Path, header: list[str], sections: list[list[str]], una
     if unavailable:
         lines += ["## Rows not run at this code version", ""]
         lines += [f"- `{name}`: {why}" for name, why in sorted(unavailable.items())] + [""]
+    lines += kept_block(path.read_text()) if path.exists() else []  # e.g. the vision study's section
     path.write_text("\n".join(lines))
 
 

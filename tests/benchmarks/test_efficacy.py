@@ -187,3 +187,13 @@ def test_dry_run_study_trains_caches_resumes_and_reports(tmp_path):
     assert "**DAPO** (DAPO: An Open-Source LLM Reinforcement Learning System at Scale, arXiv 2503.14476)" in text
     for name in ("demo_grpo_vs_trl.png", "demo_methods.png", "demo_diagnostics.png"):
         assert (tmp_path / "docs" / "efficacy" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+
+
+def test_regenerating_the_report_keeps_the_section_another_benchmark_wrote(tmp_path):
+    import _efficacy_report as rep
+
+    path = tmp_path / "efficacy.md"
+    path.write_text("# old\n\n<!-- kept:start -->\n## Vision\n| papo | 1 |\n<!-- kept:end -->\n")
+    rep.write_markdown(path, ["# new", ""], [["## Task", ""]], {})
+    text = path.read_text()
+    assert text.startswith("# new") and "# old" not in text and "| papo | 1 |" in text

@@ -57,6 +57,7 @@ def test_guess_number_trains_with_observation_tokens_outside_the_loss(tmp_path):
     assert metrics["learn/updates"] == 1 and any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
     result = trainer.evaluate("after")  # held-out episodes, greedy, judged by the env's return
     assert result["n"] == 4 and 0.0 <= result["accuracy"] <= 1.0
+    assert {"env/turns", "env/valid_guess", "env/return"} <= set(result)  # the greedy episodes' means
 
 
 def test_env_return_and_env_info_rewards_read_the_episode_columns():

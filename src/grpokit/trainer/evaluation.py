@@ -27,26 +27,38 @@ def evaluate_accuracy(
     the unbiased estimator of Chen et al., "Evaluating Large Language Models Trained on Code",
     arXiv 2107.03374, at n = k samples.
     """
-    greedy, lengths = _correct(backend, rows, prompt_texts, judge, batch_size, 1, SamplingParams(max_new_tokens, greedy=True))
+    greedy, lengths, episodes = _correct(backend, rows, prompt_texts, judge, batch_size, 1, SamplingParams(max_new_tokens, greedy=True))
     n = max(len(rows), 1)
     result: dict[str, float] = {
         "accuracy": float(greedy.sum()) / n, "n": len(rows), "completion_len": float(lengths.sum()) / max(len(lengths), 1),
+        **episodes,  # environment runs: the greedy episodes' env/* means (e.g. env/well_formed, env/success)
     }
     if k > 1:
-        sampled, _ = _correct(backend, rows, prompt_texts, judge, batch_size, k, SamplingParams(max_new_tokens, temperature))
+        sampled, _, _ = _correct(backend, rows, prompt_texts, judge, batch_size, k, SamplingParams(max_new_tokens, temperature))
         result[f"mean@{k}"] = float(sampled.mean(dim=1).sum()) / n
         result[f"pass@{k}"] = float(sampled.max(dim=1).values.sum()) / n
     return result
 
 
 def _correct(backend, rows, prompt_texts, judge, batch_size: int, k: int, params: SamplingParams):
-    """(``[n, k]`` 1 = the judge scored the completion correct, ``[n * k]`` completion lengths), in chunks of prompts."""
-    correct, lengths = [], []
+    """(``[n, k]`` 1 = the judge scored the completion correct, ``[n * k]`` completion lengths, episode means), in chunks.
+
+    The episode means are the ``env/*`` metrics of environment episodes averaged over all of
+    them ({} for single-turn completions).
+    """
+    from grpokit.envs.episodes import episode_metrics
+
+    correct, lengths, sums, count = [], [], {}, 0
     for s in range(0, len(rows), batch_size):
         batch = backend.generate(prompt_texts[s : s + batch_size], rows[s : s + batch_size], k, params)
         scores = score_completions([judge], batch.prompts, batch.completions, batch.columns(), on_error="zero")
         correct.append((scores.per_reward[judge.name].nan_to_num(0.0) >= 1.0).float().view(-1, k))
         lengths.append(batch.unit_mask.sum(-1).cpu())  # sampled tokens (an episode's observations were not)
+        for key, value in episode_metrics(batch).items():
+            if key != "env/failed_episodes":  # a count, not a mean
+                sums[key] = sums.get(key, 0.0) + value * len(batch)
+        count += len(batch)
+    episodes = {key: total / count for key, total in sums.items()}
     if not correct:
-        return torch.zeros(0, k, device="cpu"), torch.zeros(0, device="cpu")  # host-side metrics, as the lengths above
-    return torch.cat(correct), torch.cat(lengths)
+        return torch.zeros(0, k, device="cpu"), torch.zeros(0, device="cpu"), {}  # host-side metrics, as the lengths above
+    return torch.cat(correct), torch.cat(lengths), episodes
