@@ -185,11 +185,25 @@ def load_rows(
     return rows
 
 
+def _visual_key(row: dict) -> str:
+    """The identity of a row's images / video: file paths as written, in-memory images by their bytes."""
+    import hashlib
+
+    items = list(row.get("images") or []) + list(row.get("video") or [])
+    if not items:
+        return ""
+    h = hashlib.sha1()
+    for item in items:
+        h.update(item.tobytes() if hasattr(item, "tobytes") else str(item).encode())
+    return "\x00" + h.hexdigest()
+
+
 def split_rows(rows: list[dict], heldout_fraction: float, seed: int) -> TaskSplits:
     """Seeded shuffle of ``rows`` into disjoint train and held-out splits.
 
     Rows with a repeated prompt are dropped (first one kept) so no prompt lands in both
-    splits. The held-out size is ``round(heldout_fraction * n)``, at least 1 when the fraction
+    splits; a row's ``images`` / ``video`` column (file paths or PIL images) is part of its
+    prompt, so the same question about other images is another prompt. The held-out size is ``round(heldout_fraction * n)``, at least 1 when the fraction
     is positive.
     """
     if not 0.0 <= heldout_fraction < 1.0:
@@ -199,7 +213,7 @@ def split_rows(rows: list[dict], heldout_fraction: float, seed: int) -> TaskSpli
         )
     unique: dict[str, dict] = {}
     for row in rows:
-        unique.setdefault(prompt_key(row["prompt"]), row)
+        unique.setdefault(prompt_key(row["prompt"]) + _visual_key(row), row)
     if len(unique) < len(rows):
         logger.info("dropped %d rows with duplicate prompts", len(rows) - len(unique))
     shuffled = list(unique.values())

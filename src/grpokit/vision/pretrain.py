@@ -63,7 +63,7 @@ def noisy_rows(n: int, seed: int, p_correct: float = 0.5, kinds: tuple[str, ...]
     return rows
 
 
-def train(folder: str | Path, *, steps: int = 900, clean_steps: int = 400, batch: int = 32, lr: float = 3e-3,
+def train(folder: str | Path, *, steps: int = 1600, clean_steps: int = 1200, batch: int = 32, lr: float = 3e-3,
           seed: int = 0, p_correct: float = 0.5, kinds: tuple[str, ...] = KINDS) -> dict[str, float]:
     """Supervised noisy-prior training of the model in ``folder`` (in place); returns the final loss and minutes."""
     torch.manual_seed(seed)
@@ -113,7 +113,7 @@ def _train(folder, *, steps: int, clean_steps: int, batch: int, lr: float, seed:
     return {"loss": loss_value, "minutes": (time.perf_counter() - start) / 60}
 
 
-def build(out: str | Path, *, seed: int = 0, steps: int = 900, **kwargs) -> Path:
+def build(out: str | Path, *, seed: int = 0, steps: int = 1600, **kwargs) -> Path:
     """A tiny Qwen2-VL at ``out``: built from its config, then noisy-prior pretrained; atomic."""
     from grpokit.vision.tiny_qwen2vl import save_tiny_qwen2vl
 
@@ -142,7 +142,7 @@ def ensure_tiny_vlm(seed: int = 0) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Build and noisy-prior pretrain the tiny Qwen2-VL")
     p.add_argument("--out", default=None, help="folder (default: the embedded tiny-qwen2vl cache)")
-    p.add_argument("--steps", type=int, default=900)
+    p.add_argument("--steps", type=int, default=1600)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
