@@ -136,7 +136,7 @@ class VisionBackend:
 class ConditionEncoder:
     """Rows' images / video -> :class:`Encoded` samples, plain or transformed (PAPO's masked image)."""
 
-    CACHE_ROWS = 4096  # processed pixels kept per data row (LRU): each image is processed once, not every step
+    CACHE_ROWS = 1024  # processed pixels kept per data row (LRU): each image is processed once, not every step
 
     def __init__(self, processor: VisionProcessor, *, min_frames: int = 0) -> None:
         self.processor, self.min_frames = processor, min_frames
