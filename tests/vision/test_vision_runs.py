@@ -40,6 +40,14 @@ def test_a_tiny_qwen2vl_saved_by_the_test_trains_with_papo_by_model_name(tmp_pat
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
     result = trainer.evaluate("after")
     assert result["n"] == 4
+    trainer.elapsed = 0.0
+    trainer.save()  # the run folder loads as a model: weights, tokenizer and the image processor
+    from grpokit.vision.loading import is_vision_model, load_vision_model
+
+    run = str(tmp_path / "run")
+    assert is_vision_model(run)
+    model, _, proc = load_vision_model(run)
+    assert proc.merge == 2 and all(torch.equal(a, b) for a, b in zip(model.parameters(), trainer.model.parameters()))
 
 
 def test_deepvideo_r1_trains_on_video_with_the_video_augmentation(tmp_path, tiny_vlm_dir):

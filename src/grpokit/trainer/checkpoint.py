@@ -50,8 +50,13 @@ def save_checkpoint(
     keep: int = 2,
     merged: bool = False,
     extra: Optional[dict[str, Any]] = None,
+    processors: tuple = (),
 ) -> Path:
-    """Save step ``step`` and delete all but the ``keep`` most recent checkpoints."""
+    """Save step ``step`` and delete all but the ``keep`` most recent checkpoints.
+
+    ``processors``: more ``save_pretrained`` objects the folder needs to load as a model (a
+    vision-language policy's image processor).
+    """
     ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / f"step-{step}"
     tmp = ckpt_root / f".tmp-step-{step}"
@@ -64,6 +69,8 @@ def save_checkpoint(
         copy.deepcopy(model).merge_and_unload().save_pretrained(tmp / "merged")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    for processor in processors:
+        processor.save_pretrained(tmp)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     torch.save(rng_state(), tmp / "rng.pt")

@@ -306,6 +306,7 @@ class Trainer:
             extra={k: v.state_dict() for k, v in self._stateful().items()},
             keep=self.cfg.logging.keep_checkpoints,
             merged=self.cfg.model.lora.save_merged,
+            processors=(self.policy.processor.image_processor,) if hasattr(self.policy, "processor") else (),
         )
 
     def resume(self) -> bool:
