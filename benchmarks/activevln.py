@@ -49,6 +49,12 @@ def rollout_tokens(run_dir: Path, batch: int) -> float:
     return sum((r["completion_len/mean"] + r.get("env/observation_tokens", 0.0)) * batch for r in rows)
 
 
+def train_minutes(run_dir: Path) -> float:
+    """Training wall minutes of a run (its last step's ``time/elapsed_s``; evaluations excluded)."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return rows[-1]["time/elapsed_s"] / 60 if rows else 0.0
+
+
 def base_success(overrides: list[str]) -> float:
     """Held-out success of the model before imitation: greedy episodes of the ``activevln`` preset, no training."""
     from grpokit.config import load_config
@@ -63,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grpo-steps", type=int, default=30)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="folder of the three runs (default: a temporary one)")
+    p.add_argument("--sft-dir", default=None,
+                   help="reuse this stage-1 run folder (same seed and settings) instead of training stage 1 again")
     p.add_argument("--dry-run", action="store_true", help="tiny random model and sizes")
     a = p.parse_args(argv)
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="activevln-"))
@@ -76,14 +84,16 @@ def main(argv: list[str] | None = None) -> int:
         a.sft_steps, a.grpo_steps = min(a.sft_steps, 2), min(a.grpo_steps, 2)
     cli = [x for kv in sets for x in ("--set", kv)]
     start = base_success([*sets, f"model.name={base_model}", f"logging.output_dir={out / 'base'}"])
-    sft = out / "sft"
-    run(["--preset", "activevln_sft", *cli, "--set", f"model.name={base_model}", "--set", f"logging.output_dir={sft}",
-         "--set", f"train.steps={a.sft_steps}", "--set", "eval.before=false", "--set", "eval.after=false"])
+    sft = Path(a.sft_dir) if a.sft_dir else out / "sft"
+    if not a.sft_dir:
+        run(["--preset", "activevln_sft", *cli, "--set", f"model.name={base_model}", "--set", f"logging.output_dir={sft}",
+             "--set", f"train.steps={a.sft_steps}", "--set", "eval.before=false", "--set", "eval.after=false"])
     from grpokit.config import load_config
 
     cfg = load_config(preset="activevln", overrides=sets)
     batch = cfg.rollout.group_size * cfg.rollout.prompts_per_step
     results = {}
+    minutes = {}
     for on in (True, False):
         run_dir = out / f"grpo_early_stopping_{'on' if on else 'off'}"
         options = {**cfg.environment.options, "early_stopping": on}
@@ -91,12 +101,15 @@ def main(argv: list[str] | None = None) -> int:
              "--set", f"train.steps={a.grpo_steps}", "--set", "train.max_minutes=0",
              "--set", "environment.options=" + json.dumps(options)])
         e = [r for r in evals(run_dir) if "accuracy" in r]
-        results[on] = {"before": e[0]["accuracy"], "after": e[-1]["accuracy"], "tokens": rollout_tokens(run_dir, batch)}
-    print("| run | held-out success: base model | after imitation | after GRPO | stage-2 rollout tokens |")
-    print("|---|---|---|---|---|")
+        results[on] = {"before": e[0]["accuracy"], "after": e[-1]["accuracy"], "tokens": rollout_tokens(run_dir, batch),
+                       "minutes": train_minutes(run_dir)}
+    print("| run | held-out success: base model | after imitation | after GRPO | stage-2 rollout tokens | stage-2 minutes |")
+    print("|---|---|---|---|---|---|")
     for on in (True, False):
         r = results[on]
-        print(f"| early stopping {'on' if on else 'off'} | {start:.1%} | {r['before']:.1%} | {r['after']:.1%} | {r['tokens']:.0f} |")
+        print(f"| early stopping {'on' if on else 'off'} | {start:.1%} | {r['before']:.1%} | {r['after']:.1%} | {r['tokens']:.0f} | "
+              f"{r['minutes']:.1f} |")
+    print(f"stage-1 minutes: {train_minutes(sft):.1f}")
     saving = 1.0 - results[True]["tokens"] / max(results[False]["tokens"], 1.0)
     print(f"success_gain_pp={100 * (results[True]['after'] - start):.1f} token_saving={saving:.3f} "
           f"success_on={results[True]['after']:.3f} success_off={results[False]['after']:.3f}")
