@@ -11,6 +11,7 @@ collide with a held-out prompt are redrawn.
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from typing import Callable
@@ -267,7 +268,8 @@ def tool_arithmetic(seed: int, n_train: int, n_heldout: int, *, digits: int = 3,
     """Arithmetic word problems with ``digits``-digit operands, for the ``tools`` environment's calculator.
 
     Three-digit products are beyond a small model's mental arithmetic, so accuracy measures tool
-    use; the ``answer`` column holds the exact integer.
+    use; the ``answer`` column holds the exact integer; ``expert_turns`` one calculator call in
+    the environment's ``<tool_call>`` format, then the number (for imitation).
     """
     if digits < 1:
         raise ValueError(f"task 'tool_arithmetic': option 'digits' must be >= 1, got {digits}")
@@ -278,8 +280,9 @@ def tool_arithmetic(seed: int, n_train: int, n_heldout: int, *, digits: int = 3,
         if op == "-" and a < b:
             a, b = b, a
         result = a * b if op == "*" else a + b if op == "+" else a - b
+        call = json.dumps({"name": "calculator", "arguments": {"expression": f"{a} {op} {b}"}})
         return {"prompt": text.format(a=a, b=b) + suffix, "answer": str(result), "task": "tool_arithmetic",
-                "environment": "tools"}
+                "environment": "tools", "expert_turns": [f"<tool_call>{call}</tool_call>", str(result)]}
 
     return _sample_splits("tool_arithmetic", seed, n_train, n_heldout, draw, enlarge="digits")
 

@@ -17,11 +17,18 @@ from grpokit.envs.base import StepResult, environment_factory
 from grpokit.envs.templates import observation_messages
 
 
-def expert_conversation(env: Any, row: dict[str, Any], observation_role: str = "user") -> list[dict[str, str]]:
-    """The expert's turns of ``row`` with the environment's observations between them (ends where the episode ends)."""
+def expert_conversation(env: Any, row: dict[str, Any], observation_role: str = "user") -> tuple[Any, list[dict[str, str]]]:
+    """(the episode's prompt, the expert's turns of ``row`` with the environment's observations between them).
+
+    The prompt is the row's prompt when ``reset`` returns '' (the row's prompt is the first
+    observation), else the messages ``reset`` returned (e.g. the tools environment's system
+    message with the tool schemas, then the question), as a multi-turn episode starts.
+    """
     first = env.reset(row, 0)
-    if first:
-        raise ValueError("imitation rows need environments whose first observation is the row's prompt (reset returns '')")
+    if first and not isinstance(first, list):
+        raise ValueError("imitation rows need environments whose first observation is the row's prompt (reset returns '') "
+                         "or a list of chat messages")
+    prompt = first if first else row["prompt"]
     messages: list[dict[str, str]] = []
     for turn in row["expert_turns"]:
         messages.append({"role": "assistant", "content": turn})
@@ -29,7 +36,7 @@ def expert_conversation(env: Any, row: dict[str, Any], observation_role: str = "
         if result.terminated or result.truncated:
             break
         messages += observation_messages(result.observation, observation_role)
-    return messages
+    return prompt, messages
 
 
 def imitation_rows(rows: list[dict[str, Any]], env_name: str | None, options: dict[str, Any], observation_role: str = "user") -> list[dict]:
@@ -43,5 +50,6 @@ def imitation_rows(rows: list[dict[str, Any]], env_name: str | None, options: di
             raise ValueError("imitation: the rows name no environment and environment.name is null: set environment.name")
         env = environment_factory(name)(**options)
         kept = {k: v for k, v in row.items() if k not in ("answer", "completion")}
-        out.append({**kept, "completion": expert_conversation(env, row, observation_role)})
+        prompt, completion = expert_conversation(env, row, observation_role)
+        out.append({**kept, "prompt": prompt, "completion": completion})
     return out
