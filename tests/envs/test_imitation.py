@@ -20,6 +20,18 @@ def test_expert_episodes_become_conversations_of_turns_and_observations():
         assert sft["prompt"] == row["prompt"] and "answer" not in sft
 
 
+def test_expert_tool_episodes_start_from_the_environments_messages_and_read_the_real_result():
+    rows = TASKS.get("tool_arithmetic")(0, 4, 1).train
+    out = imitation_rows(rows, None, {"tools": ["calculator"]})
+    for row, sft in zip(rows, out):
+        assert [m["role"] for m in sft["prompt"]] == ["system", "user"]  # the tool schemas, then the question
+        assert '"calculator"' in sft["prompt"][0]["content"] and sft["prompt"][1]["content"] == row["prompt"]
+        call, result, answer = sft["completion"]
+        assert call["role"] == "assistant" and call["content"].startswith("<tool_call>")
+        assert result == {"role": "tool", "content": row["answer"]}  # the calculator ran in its sandbox
+        assert answer == {"role": "assistant", "content": row["answer"]}
+
+
 def test_sft_on_a_task_without_experts_is_refused_in_one_line():
     cfg = load_config(overrides=["stage=sft", "data.task=arithmetic", "data.path=null"])
     with pytest.raises(DataError) as err:
