@@ -29,6 +29,13 @@ TINY = [
 
 
 @pytest.fixture(scope="module")
+def tiny_vlm_dir(tmp_path_factory):
+    from grpokit.vision.tiny_qwen2vl import save_tiny_qwen2vl
+
+    return save_tiny_qwen2vl(tmp_path_factory.mktemp("tiny_vlm"))
+
+
+@pytest.fixture(scope="module")
 def reward_model_dir(tmp_path_factory):
     """A small multi-label reward model for presets that score with `rm_score`."""
     from grpokit.rewards.reward_model import train_regression_rm
@@ -52,6 +59,10 @@ ONLINE = [p for p in preset_names() if read_preset(p).get("stage", "grpo") == "g
 
 @pytest.mark.parametrize("preset", ONLINE)
 def test_preset_trains_tiny_model_3_steps(preset, tiny_dir, tmp_path, request):
+    from grpokit.vision.loading import is_vision_model
+
+    if is_vision_model(str(read_preset(preset).get("model", {}).get("name", ""))):  # images / video: a tiny Qwen2-VL
+        tiny_dir = request.getfixturevalue("tiny_vlm_dir")
     overrides = TINY + [f"model.name={tiny_dir}", f"logging.output_dir={tmp_path}", "train.steps=3"]
     cfg = load_config(preset=preset, overrides=overrides)
     cfg.rollout.max_new_tokens = 8

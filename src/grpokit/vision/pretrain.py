@@ -99,7 +99,7 @@ def _train(folder, *, steps: int, clean_steps: int, batch: int, lr: float, seed:
         targets = torch.tensor([[tokenizer.convert_tokens_to_ids(r[key]), eos] for r in chunk], device=policy.device)
         ones = torch.ones_like(targets)
         mb = group_batch(tokenizer, enc["input_ids"], enc["attention_mask"], chunk, 1, targets, ones,
-                         torch.zeros(targets.shape, device=policy.device), torch.zeros(len(chunk), dtype=torch.bool))
+                         torch.zeros(targets.shape, device=policy.device), torch.zeros(len(chunk), dtype=torch.bool, device=policy.device))
         fwd = policy.learn_forward(mb, with_entropy=False, entropy_grad=False)
         loss = -fwd.logp.sum() / ones.sum()
         optimizer.zero_grad(set_to_none=True)

@@ -105,7 +105,8 @@ class VisionProcessor:
         gt, gh, gw, m, p, tp = t // self.temporal, h // self.patch, w // self.patch, self.merge, self.patch, self.temporal
         rows = video.reshape(gt, tp, c, gh // m, m, p, gw // m, m, p).transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)
         rows = rows.reshape(gt * gh * gw, c * tp * p * p)
-        return torch.from_numpy(np.ascontiguousarray(rows)).float(), torch.tensor([[gt, gh, gw]], dtype=torch.long)
+        grid = torch.tensor([[gt, gh, gw]], dtype=torch.long, device="cpu")  # host-side, as the image processor's
+        return torch.from_numpy(np.ascontiguousarray(rows)).float(), grid
 
     def _unpatchify(self, rows: np.ndarray, gh: int, gw: int) -> np.ndarray:
         """The normalised image ``[C, H, W]`` back from a still image's patch rows (its first temporal copy)."""
@@ -169,15 +170,15 @@ class VisionProcessor:
 def collate(samples: Sequence[Encoded], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
     """Left-padded ``input_ids``, ``attention_mask``, ``mm_token_type_ids`` ``[n, L]`` plus the stacked pixel fields, on ``device``."""
     width = max(len(s.input_ids) for s in samples)
-    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(samples), width), dtype=torch.long)
-    types = torch.zeros((len(samples), width), dtype=torch.long)
+    ids = torch.full((len(samples), width), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros((len(samples), width), dtype=torch.long, device=device)
+    types = torch.zeros((len(samples), width), dtype=torch.long, device=device)
     for i, s in enumerate(samples):
         n = len(s.input_ids)
-        ids[i, width - n:] = torch.tensor(s.input_ids, dtype=torch.long)
+        ids[i, width - n:] = torch.tensor(s.input_ids, dtype=torch.long, device=device)
         mask[i, width - n:] = 1
-        types[i, width - n:] = torch.tensor(s.mm_token_type_ids, dtype=torch.long)
-    out = {"input_ids": ids.to(device), "attention_mask": mask.to(device), "mm_token_type_ids": types.to(device)}
+        types[i, width - n:] = torch.tensor(s.mm_token_type_ids, dtype=torch.long, device=device)
+    out = {"input_ids": ids, "attention_mask": mask, "mm_token_type_ids": types}
     return {**out, **stack_pixels(samples, device)}
 
 
