@@ -10,7 +10,10 @@ ARITH = re.compile(r"^What is (\d+) ([-+*]) (\d+)\?$")
 
 
 def _prompts(rows):
-    return [r["prompt"] for r in rows]
+    """Each row's prompt identity: its text, plus its images / video for the vision tasks (their question text repeats)."""
+    from grpokit.data.files import _visual_key
+
+    return [row["prompt"] + _visual_key(row) for row in rows]
 
 
 @pytest.mark.parametrize("name", TASKS.names())
@@ -34,7 +37,8 @@ def test_every_task_is_deterministic_and_disjoint(name):
 def test_every_task_has_a_dedicated_test():
     # Adding a task without a hand test (here or in its own test file) makes this fail.
     assert set(TASKS.names()) == {"arithmetic", "countdown", "sorting", "text_to_sql",
-                                  "guess_number", "tool_arithmetic", "text_navigation"}  # the last three: tests/envs
+                                  "guess_number", "tool_arithmetic", "text_navigation",  # these three: tests/envs
+                                  "vision_qa", "video_qa"}  # tests/vision
 
 
 @pytest.mark.parametrize("name", TASKS.names())
