@@ -151,3 +151,12 @@ def test_papo_without_masked_pass_is_ppo_clip():
     inp.aux_logp = None
     inp.adv = torch.tensor([0.8])
     assert torch.allclose(POLICY_LOSSES.get("papo")(inp)[0], POLICY_LOSSES.get("ppo_clip")(inp)[0])
+
+
+def test_the_perception_kl_keeps_its_value_for_tiny_log_prob_changes():
+    # exp(d) - d - 1 cancels to exactly 0 in float32 for |d| ~ 1e-5; expm1(d) - d keeps d^2 / 2
+    from grpokit.algos.papo import perception_kl
+
+    logp = torch.full((1, 3), -1.0)
+    kappa = perception_kl(logp, logp + torch.tensor([[1e-5, -1e-4, 0.0]]))
+    assert torch.allclose(kappa, torch.tensor([[5e-11, 5e-9, 0.0]]), rtol=1e-2, atol=0)

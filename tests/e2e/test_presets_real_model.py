@@ -70,12 +70,18 @@ MECHANISM = {
     "activevln": [("env/turns", lambda v: v >= 1), ("env/steps", lambda v: v >= 1),  # episodes acted in the world
                   ("env/n_gt", lambda v: v >= 1)],  # the step budget came from the expert path
     "activevln_sft": [("loss", lambda v: v > 0), ("tokens", lambda v: v > 0)],
+    "tool_use_sft": [("loss", lambda v: v > 0), ("tokens", lambda v: v > 0)],
+    "vision_grpo": [("reward/answer_word/mean", lambda v: 0 <= v <= 1)],  # the tiny Qwen2-VL answered about images
+    "papo": [("papo/kl_prcp", lambda v: v > 0)],  # the patch-blackened image changed the answers' log-probs
+    "deepvideo_r1": [("reg/valid_frac", lambda v: 0 <= v <= 1),  # Reg-GRPO's regression ran on the clips
+                     ("curriculum/buffer_mean", lambda v: 0 <= v <= 1)],
     "sft": [("loss", lambda v: v > 0)],
     "dpo": [("rewards/margins", lambda v: v > 0)],  # after 3 steps the chosen completions beat the rejected ones
     "kto": [("rewards/margins", lambda v: v > 0)],
 }
 EXTRA = {  # presets whose mechanism needs more than one update to show
     "gspo": ["algorithm.num_iterations=2"],
+    "papo": ["data.task_options={kinds: [colour]}"],  # the questions the noisy prior answers by looking
     "sft": ["train.steps=3"], "dpo": ["train.steps=3"], "kto": ["train.steps=3"],
 }
 

@@ -15,9 +15,12 @@ def perception_kl(logp: torch.Tensor, aux_logp: torch.Tensor) -> torch.Tensor:
     """PAPO's per-token k3 estimate of KL(pi(.|q,I) || pi(.|q,I_mask)), ``[B, T]``, with verl's low_var_kl clamps.
 
         d = clamp(l^mask - l, -20, 20),   kappa = clamp(exp(d) - d - 1, -10, 10)   (>= 0)
+
+    computed as ``expm1(d) - d``: the same value, without float32's cancellation to exactly 0 for
+    |d| below ~1e-4 (where kappa ~ d^2 / 2).
     """
     d = torch.clamp(aux_logp - logp, -20.0, 20.0)
-    return torch.clamp(torch.exp(d) - d - 1.0, -10.0, 10.0)
+    return torch.clamp(torch.expm1(d) - d, -10.0, 10.0)
 
 
 @POLICY_LOSSES.register("papo", inputs=("aux_logp", "entropy"))
