@@ -47,7 +47,10 @@ def train(preset: str, out: Path, sets: list[str]) -> dict[str, float]:
 
 
 def mean_sd(xs: list[float]) -> str:
-    return f"{100 * statistics.mean(xs):.1f} ± {100 * (statistics.stdev(xs) if len(xs) > 1 else 0.0):.1f}"
+    from _efficacy_stats import mean_std
+
+    mean, sd = mean_std(xs)
+    return f"{100 * mean:.1f} ± {100 * sd:.1f}"
 
 
 def efficacy_block(rows: dict[str, list[dict]], budget: str, seeds: int) -> list[str]:

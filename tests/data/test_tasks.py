@@ -11,9 +11,9 @@ ARITH = re.compile(r"^What is (\d+) ([-+*]) (\d+)\?$")
 
 def _prompts(rows):
     """Each row's prompt identity: its text, plus its images / video for the vision tasks (their question text repeats)."""
-    from grpokit.data.files import _visual_key
+    from grpokit.data.files import visual_key
 
-    return [row["prompt"] + _visual_key(row) for row in rows]
+    return [row["prompt"] + visual_key(row) for row in rows]
 
 
 @pytest.mark.parametrize("name", TASKS.names())

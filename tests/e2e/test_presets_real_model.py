@@ -42,7 +42,8 @@ MECHANISM = {
                    ("reward/answer_tiers/mean", lambda v: -1.5 <= v <= 1)],  # solutions scored +1 / -1 / -1.5
     "drpo": [("drpo/k_mean", lambda v: v >= 1)],  # difficulty clusters were formed per domain
     "reg_grpo": [("reg/sq_err", lambda v: v == v), ("reg/rho_std", lambda v: v > 0)],  # mu = 2: the regression acts
-    "deepvideo_r1": [("reg/rho_std", lambda v: v > 0), ("curriculum/hint_refused", lambda v: v == 0)],
+    "deepvideo_r1": [("reg/rho_std", lambda v: v > 0), ("curriculum/hint_refused", lambda v: v == 0),
+                     ("vision/video_tokens", lambda v: v > 0)],  # the clips reached the model as video tokens
     "crpo": [("combiner/w0", lambda v: v == 10.0)],  # the fixed weighted sum, 10 r_acc + ...
     "pref_grpo": [("adv/clipped_frac", lambda v: 0 <= v <= 1),  # the advantage clip at 5 is applied
                   ("reward/win_rate/mean", lambda v: abs(v - 0.5) < 1e-4)],  # every comparison hands out one point
@@ -71,10 +72,9 @@ MECHANISM = {
                   ("env/n_gt", lambda v: v >= 1)],  # the step budget came from the expert path
     "activevln_sft": [("loss", lambda v: v > 0), ("tokens", lambda v: v > 0)],
     "tool_use_sft": [("loss", lambda v: v > 0), ("tokens", lambda v: v > 0)],
-    "vision_grpo": [("reward/answer_word/mean", lambda v: 0 <= v <= 1)],  # the tiny Qwen2-VL answered about images
+    "vision_grpo": [("vision/image_tokens", lambda v: v > 0),  # every prompt carried its image's tokens
+                    ("adv/abs_mean", lambda v: v > 0)],  # answers about the images differed within groups
     "papo": [("papo/kl_prcp", lambda v: v > 0)],  # the patch-blackened image changed the answers' log-probs
-    "deepvideo_r1": [("reg/valid_frac", lambda v: 0 <= v <= 1),  # Reg-GRPO's regression ran on the clips
-                     ("curriculum/buffer_mean", lambda v: 0 <= v <= 1)],
     "sft": [("loss", lambda v: v > 0)],
     "dpo": [("rewards/margins", lambda v: v > 0)],  # after 3 steps the chosen completions beat the rejected ones
     "kto": [("rewards/margins", lambda v: v > 0)],

@@ -72,7 +72,7 @@ def sampled(policy, rows, group=3, seed=0):
     return policy.sample(policy.render(rows, None), rows, group, SamplingParams(max_new_tokens=4, temperature=1.0))
 
 
-def test_learner_log_probs_are_the_samplers_and_do_not_depend_on_micro_batch_slicing(vlm):
+def test_learner_log_probs_never_exceed_the_renormalised_samplers_and_do_not_depend_on_slicing(vlm):
     _, policy = vlm
     rows = image_rows(3) + [{"prompt": "What colour are the shapes?", "answer": "red"}]  # a text-only row too
     batch = sampled(policy, rows)

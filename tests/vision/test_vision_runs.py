@@ -36,6 +36,7 @@ def test_a_tiny_qwen2vl_saved_by_the_test_trains_with_papo_by_model_name(tmp_pat
     before = [p.detach().clone() for p in trainer.model.parameters()]
     metrics = trainer.train_step()
     assert metrics["papo/kl_prcp"] > 0  # the masked image changed the log-probs of the sampled answers
+    assert metrics["vision/image_tokens"] == 4 and metrics["vision/video_tokens"] == 0  # a 56 px image: 2 x 2 merged patches
     assert metrics["learn/updates"] == 1
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
     result = trainer.evaluate("after")
@@ -58,6 +59,7 @@ def test_deepvideo_r1_trains_on_video_with_the_video_augmentation(tmp_path, tiny
     assert all(len(r["video"]) == 4 and "images" not in r for r in rows)
     metrics = trainer.train_step()
     assert metrics["learn/updates"] == 2  # Reg-GRPO's two updates per batch
+    assert metrics["vision/video_tokens"] == 8  # 4 frames of 56 px: 2 temporal x 2 x 2 merged patches
 
 
 def test_papo_is_refused_on_a_text_policy_and_without_images(tmp_path, tiny_vlm_dir):

@@ -185,7 +185,7 @@ def load_rows(
     return rows
 
 
-def _visual_key(row: dict) -> str:
+def visual_key(row: dict) -> str:
     """The identity of a row's images / video: file paths as written, in-memory images by their bytes."""
     import hashlib
 
@@ -213,7 +213,7 @@ def split_rows(rows: list[dict], heldout_fraction: float, seed: int) -> TaskSpli
         )
     unique: dict[str, dict] = {}
     for row in rows:
-        unique.setdefault(prompt_key(row["prompt"]) + _visual_key(row), row)
+        unique.setdefault(prompt_key(row["prompt"]) + visual_key(row), row)
     if len(unique) < len(rows):
         logger.info("dropped %d rows with duplicate prompts", len(rows) - len(unique))
     shuffled = list(unique.values())

@@ -32,7 +32,7 @@ import torch
 
 from grpokit.model.logprobs import cache_kwarg, masked_head_logprobs, output_cache
 from grpokit.policies.base import Capabilities, ModulePolicy, UnitForward
-from grpokit.rollout.hf import completion_mask_from_eos, next_tokens
+from grpokit.rollout.hf import completion_mask_from_eos, next_tokens, special_ids
 from grpokit.rollout.types import RolloutBatch, SamplingParams, group_batch
 from grpokit.vision.procedural import blacken_patches
 from grpokit.vision.processor import Encoded, VisionInputError, VisionProcessor, collate, stack_pixels
@@ -72,10 +72,8 @@ class VisionBackend:
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, encoder: "ConditionEncoder") -> None:
         self.model, self.tokenizer, self.encoder = model, tokenizer, encoder
-        eos = getattr(model.generation_config, "eos_token_id", None)
-        eos = eos if eos is not None else tokenizer.eos_token_id
-        self.eos_ids = list(eos) if isinstance(eos, (list, tuple)) else [eos]
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self.eos_ids, self.pad_id = special_ids(model, tokenizer)
+        self.visual_tokens = {"image": 0.0, "video": 0.0}  # per prompt, last batch sampled
         ids = tokenizer.convert_tokens_to_ids
         self.never_sampled = sorted({ids(t) for t in VISION_TOKENS if ids(t) is not None and ids(t) != tokenizer.unk_token_id})
 
@@ -84,6 +82,8 @@ class VisionBackend:
         device = next(self.model.parameters()).device
         samples = [self.encoder.encode(text, row, f"row {i}") for i, (text, row) in enumerate(zip(prompt_texts, rows))]
         inputs = collate(samples, self.pad_id, device)
+        types = inputs["mm_token_type_ids"]
+        self.visual_tokens = {kind: float((types == code).sum()) / max(len(samples), 1) for kind, code in (("image", 1), ("video", 2))}
         was_training = self.model.training
         self.model.eval()
         try:
@@ -198,7 +198,8 @@ class VisionLMPolicy(ModulePolicy):
         self.step = step
 
     def sampler_metrics(self) -> dict[str, float]:
-        return {}
+        """Image and video tokens per prompt of the last sampled batch (the condition reached the model)."""
+        return {f"vision/{kind}_tokens": n for kind, n in self.backend.visual_tokens.items()}
 
     def render(self, rows: list[dict], system_prompt: Optional[str]) -> list[str]:
         """Prompt texts with one image / video placeholder per item of the row (the tokenizer's chat template)."""

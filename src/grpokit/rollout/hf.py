@@ -90,6 +90,14 @@ def next_tokens(
     return tok, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1), entropy
 
 
+def special_ids(model: torch.nn.Module, tokenizer) -> tuple[list[int], int]:
+    """(EOS ids: the generation config's, else the tokenizer's; the pad id, else the first EOS)."""
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    eos = eos if eos is not None else tokenizer.eos_token_id
+    eos_ids = list(eos) if isinstance(eos, (list, tuple)) else [eos]
+    return eos_ids, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
+
+
 class HFBackend:
     """GenerationBackend over a transformers causal LM and its tokenizer.
 
@@ -109,10 +117,7 @@ class HFBackend:
         self.model = model
         self.tokenizer = tokenizer
         self.fused_decode = fused_decode
-        eos = getattr(model.generation_config, "eos_token_id", None)
-        eos = eos if eos is not None else tokenizer.eos_token_id
-        self.eos_ids = list(eos) if isinstance(eos, (list, tuple)) else [eos]
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self.eos_ids, self.pad_id = special_ids(model, tokenizer)
 
     @torch.no_grad()
     def _decode(self, input_ids: torch.Tensor, attention: torch.Tensor, group_size: int, params: SamplingParams):

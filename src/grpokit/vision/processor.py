@@ -146,10 +146,8 @@ class VisionProcessor:
         if (video is not None) != (VIDEO_PAD in text):
             raise VisionInputError(f"{where}: the prompt's video placeholder and the row's 'video' column disagree")
         px = self.pixels(images, video, where=where, min_frames=min_frames)
-        pil, image_grid, video_grid = images, px.image_grid_thw, px.video_grid_thw
-        pixel_values, videos = px.pixel_values, px.pixel_values_videos
-        per_image = [int(g.prod()) // self.merge**2 for g in image_grid] if pil else []
-        per_video = int(video_grid[0].prod()) // self.merge**2 if video is not None else 0
+        per_image = [int(g.prod()) // self.merge**2 for g in px.image_grid_thw] if images else []
+        per_video = int(px.video_grid_thw[0].prod()) // self.merge**2 if video is not None else 0
         ids: list[int] = []
         types: list[int] = []
         image_index = 0
@@ -164,7 +162,7 @@ class VisionProcessor:
             else:
                 ids.append(token)
                 types.append(0)
-        return Encoded(ids, types, pixel_values, image_grid, videos, video_grid)
+        return Encoded(ids, types, px.pixel_values, px.image_grid_thw, px.pixel_values_videos, px.video_grid_thw)
 
 
 def collate(samples: Sequence[Encoded], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:

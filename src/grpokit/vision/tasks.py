@@ -15,7 +15,6 @@ Reinforcement Fine-Tuning via Difficulty-aware Regressive GRPO", arXiv 2506.0746
 
 from __future__ import annotations
 
-import hashlib
 import random
 from typing import Any, Optional
 
@@ -34,15 +33,10 @@ HINTS = {
 }
 
 
-def _digest(frames) -> str:
-    h = hashlib.sha1()
-    for f in frames:
-        h.update(f.tobytes())
-    return h.hexdigest()
-
-
 def _splits(task: str, seed: int, n_train: int, n_heldout: int, draw) -> TaskSplits:
     """Held-out rows from their own seeded stream, then training rows; no image (or clip) occurs in both."""
+    from grpokit.data.files import visual_key  # data.files imports the task registry: late
+
     if n_train < 0 or n_heldout < 0:
         raise ValueError(f"task '{task}': n_train and n_heldout must be >= 0")
     seen: set[str] = set()
@@ -50,8 +44,8 @@ def _splits(task: str, seed: int, n_train: int, n_heldout: int, draw) -> TaskSpl
     def fill(split: str, n: int) -> list[dict]:
         rng, rows = random.Random(f"grpokit/{task}/{split}/{seed}"), []
         while len(rows) < n:
-            row, frames = draw(rng)
-            key = _digest(frames)
+            row = draw(rng)
+            key = visual_key(row)
             if key in seen:
                 continue
             seen.add(key)
@@ -78,7 +72,7 @@ def vision_qa(seed: int, n_train: int, n_heldout: int, *, kinds: Any = IMAGE_KIN
     def draw(rng: random.Random):
         kind = rng.choice(kinds)
         image, question, answer = image_question(kind, rng, size)
-        return {"prompt": question + ONE_WORD, "images": [image], "answer": answer, "kind": kind}, [image]
+        return {"prompt": question + ONE_WORD, "images": [image], "answer": answer, "kind": kind}
 
     return _splits("vision_qa", seed, n_train, n_heldout, draw)
 
@@ -91,7 +85,7 @@ def video_qa(seed: int, n_train: int, n_heldout: int, *, kinds: Any = VIDEO_KIND
     def draw(rng: random.Random):
         kind = rng.choice(kinds)
         clip, question, answer = video_question(kind, rng, size, frames)
-        return {"prompt": question + ONE_WORD, "video": clip, "answer": answer, "kind": kind}, clip
+        return {"prompt": question + ONE_WORD, "video": clip, "answer": answer, "kind": kind}
 
     return _splits("video_qa", seed, n_train, n_heldout, draw)
 
