@@ -21,6 +21,7 @@ _LOCATIONS = {
     "curriculum": ("grpokit.data.curricula", "CURRICULA"),
     "correction": ("grpokit.algos.offpolicy", "CORRECTIONS"),
     "offline_loss": ("grpokit.algos.offline", "OFFLINE_LOSSES"),
+    "demonstration": ("grpokit.data.demonstrations", "DEMONSTRATIONS"),
     "environment": ("grpokit.envs", "ENVIRONMENTS"),
     "tool": ("grpokit.envs.tools", "TOOLS"),
 }

@@ -74,6 +74,7 @@ class DataConfig:
     seed: int = opt(0, "seed of task generation, splitting and data order")
     curriculum: Optional[str] = opt(None, "prompt curriculum (difficulty_augmentation, pass_rate_filter; null = none)", registry="curriculum")
     curriculum_options: dict = opt({}, "keyword options of the curriculum")
+    demonstrations: Optional[str] = opt(None, "stage sft on a built-in task without data.path: a registered demonstration writer that writes each row's completion (sql_cot: clause-level chain of thought from the gold SQL); null = the task's expert turns replayed in its environment", registry="demonstration")
     offline_filter_samples: int = opt(
         0, "INTELLECT-2 offline filter: sample k completions per training prompt with the initial policy and drop prompts solved by all or none (0 = off)", ge=0
     )

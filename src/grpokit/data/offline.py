@@ -63,8 +63,13 @@ def load_offline_splits(cfg: DataConfig, stage: str, environment: Any = None) ->
     a prompt's rows (a KTO prompt with a desirable and an undesirable completion) stay together.
     SFT without a file on a built-in task whose rows carry expert turns (``text_navigation``):
     the expert episodes replayed in ``environment`` (the run's ``environment`` section), as
-    multi-turn conversations (:mod:`grpokit.envs.imitation`).
+    multi-turn conversations (:mod:`grpokit.envs.imitation`); with ``data.demonstrations``, the
+    completions that writer makes of the task's rows (:mod:`grpokit.data.demonstrations`).
     """
+    if cfg.demonstrations and (cfg.path or stage != "sft" or not cfg.task):
+        raise DataError(f"data.demonstrations '{cfg.demonstrations}' writes SFT completions for a built-in task: use it with stage sft and data.task, without data.path (set data.demonstrations=null otherwise)")
+    if not cfg.path and stage == "sft" and cfg.task and cfg.demonstrations:
+        return _demonstration_splits(cfg)
     if not cfg.path and stage == "sft" and cfg.task:
         return _imitation_splits(cfg, environment)
     if not cfg.path:
@@ -73,6 +78,16 @@ def load_offline_splits(cfg: DataConfig, stage: str, environment: Any = None) ->
     if cfg.heldout_path:
         return TaskSplits(train=rows, heldout=_load(cfg.heldout_path, cfg, stage))
     return split_by_prompt(rows, cfg.heldout_fraction, cfg.seed)
+
+
+def _demonstration_splits(cfg: DataConfig) -> TaskSplits:
+    from grpokit.data.demonstrations import demonstration_splits
+    from grpokit.trainer.setup import build_splits
+
+    try:
+        return demonstration_splits(cfg, build_splits(cfg))
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
 
 
 def _imitation_splits(cfg: DataConfig, environment: Any) -> TaskSplits:

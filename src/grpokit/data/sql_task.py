@@ -8,6 +8,13 @@ orders) and seeded rows, written once under ``<cache>/sql/<seed>/db_<k>.sqlite``
 COUNT, GROUP BY, JOIN and ORDER BY/LIMIT; their parameters are drawn from the rows of the
 database they are asked about, so the gold query returns a non-trivial result.
 
+Option ``templates`` picks the question pool: ``basic`` (the default: the fourteen templates
+above, one- and two-table queries), ``compositional`` (ten templates that compose the clauses:
+three-table JOINs, GROUP BY with HAVING, GROUP BY with ORDER BY over an aggregate and LIMIT,
+COUNT(DISTINCT), filters before grouping) or ``all`` (both pools). The compositional pool is
+what the clause-level chain-of-thought stage (:mod:`grpokit.data.sql_cot`) has something to
+teach on [inferred: the paper trains on BIRD, whose queries compose these clauses].
+
 Rows: ``prompt`` (instruction + schema + question), ``answer`` (gold SQL), ``db_path``,
 ``schema`` (CREATE TABLE text), ``question``, ``domain`` (template name), ``task``.
 The prompt does not name the database: the same question on two databases is the same prompt,
@@ -23,6 +30,7 @@ import tempfile
 import urllib.parse
 from pathlib import Path
 
+from grpokit.data.sql_templates import COMPOSITIONAL_KINDS, compositional_question
 from grpokit.data.tasks import TASKS, TaskSplits, _sample_splits
 from grpokit.model.loading import cache_dir
 
@@ -153,11 +161,19 @@ _KINDS = (
 _AGGREGATES = {"average": "AVG", "highest": "MAX", "lowest": "MIN", "total": "SUM"}
 
 
-def _question(rng: random.Random, db: dict[str, list[tuple]]) -> tuple[str, str, str]:
-    """Draw one (template name, question, gold SQL) whose parameters come from ``db``'s rows."""
+def _question(
+    rng: random.Random, db: dict[str, list[tuple]], kinds: tuple[str, ...] = _KINDS
+) -> tuple[str, str, str] | None:
+    """Draw one (template name, question, gold SQL) whose parameters come from ``db``'s rows.
+
+    None when the drawn compositional template has no well-posed instance here (a tie at a
+    LIMIT boundary); the caller draws again.
+    """
     dep, emp, order = (rng.choice(db[t]) for t in ("departments", "employees", "orders"))
     seller = db["employees"][order[1] - 1]  # handled ``order``, so order questions are non-empty
-    kind = rng.choice(_KINDS)
+    kind = rng.choice(kinds)
+    if kind in COMPOSITIONAL_KINDS:
+        return compositional_question(kind, rng, db, dep, emp, order, seller)
     if kind == "count_department":
         return kind, f"How many employees work in the {dep[1]} department?", (
             f"SELECT COUNT(*) {_JOIN_DEP} WHERE d.name = '{dep[1]}'")
@@ -219,6 +235,11 @@ def _question(rng: random.Random, db: dict[str, list[tuple]]) -> tuple[str, str,
         f"SELECT DISTINCT customer FROM orders WHERE status = '{order[5]}' AND amount > {cut}")
 
 
+TEMPLATE_POOLS = {
+    "basic": _KINDS, "compositional": COMPOSITIONAL_KINDS, "all": _KINDS + COMPOSITIONAL_KINDS,
+}
+
+
 @TASKS.register("text_to_sql")
 def text_to_sql(
     seed: int,
@@ -227,23 +248,34 @@ def text_to_sql(
     *,
     n_databases: int = 4,
     template: str = PROMPT,
+    templates: str = "basic",
 ) -> TaskSplits:
     """Text-to-SQL over generated SQLite databases; answer is a gold SELECT, checked by execution.
 
     ``n_databases`` files per seed (cached under ``<cache>/sql/<seed>/``); each row is asked
     about one of them (``db_path``). ``template`` formats ``{schema}`` and ``{question}``.
+    ``templates``: the question pool, ``basic`` | ``compositional`` | ``all`` (module docstring).
     Pair with the rewards ``sql_execution``, ``sql_executes``, ``sql_schema_f1``, ``sql_format``.
     """
     if isinstance(n_databases, bool) or not isinstance(n_databases, int) or n_databases < 1:
         raise ValueError(
             f"task 'text_to_sql': option 'n_databases' must be an int >= 1, got {n_databases!r}"
         )
+    if templates not in TEMPLATE_POOLS:
+        raise ValueError(
+            f"task 'text_to_sql': option 'templates' must be one of {', '.join(TEMPLATE_POOLS)}, "
+            f"got {templates!r}"
+        )
+    kinds = TEMPLATE_POOLS[templates]
     paths = [str(ensure_database(seed, k)) for k in range(n_databases)]
     dbs = [_db_rows(seed, k) for k in range(n_databases)]
 
     def draw(rng: random.Random) -> dict:
-        k = rng.randrange(n_databases)
-        kind, question, sql = _question(rng, dbs[k])
+        drawn = None
+        while drawn is None:  # a compositional draw without a well-posed instance is redrawn
+            k = rng.randrange(n_databases)
+            drawn = _question(rng, dbs[k], kinds)
+        kind, question, sql = drawn
         return {
             "prompt": template.format(schema=SCHEMA, question=question),
             "answer": sql,

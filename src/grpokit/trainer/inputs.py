@@ -160,6 +160,8 @@ def check_run(cfg: Config) -> None:
             registry.check_options(name, own, option_field)
         except ValueError as exc:
             raise RunContractError(str(exc)) from None
+    if cfg.data.demonstrations and cfg.stage != "sft":
+        raise RunContractError(f"data.demonstrations '{cfg.data.demonstrations}' writes completions for stage sft; stage '{cfg.stage}' does not read them: set data.demonstrations=null or stage=sft")
     from grpokit.envs.checks import environment_problem
     from grpokit.vision.checks import vision_problem
 

@@ -1,0 +1,117 @@
+#!/usr/bin/env python
+"""Text-to-SQL, measured: GRPO from the base model vs clause-level CoT SFT then GRPO, same wall budget.
+
+    python benchmarks/sql_cot.py --minutes 10 --sft-minutes 3   # SmolLM2, ~30 min with evaluations
+    python benchmarks/sql_cot.py --dry-run                      # tiny random model, seconds: the same code path
+
+"Sparks of Tabular Reasoning via Text2SQL Reinforcement Learning" (Stoisser et al., arXiv
+2505.00016) trains in two stages: SFT on clause-by-clause chain-of-thought traces written from
+gold SQL, then GRPO with the execution reward. Two arms on the ``text_to_sql`` task with
+``templates: all`` (basic + compositional questions), both with the ``sql_after_cot`` GRPO
+recipe (rewards sql_execution 1.0 / sql_schema_f1 0.3 / sql_format 0.1, 192 new tokens):
+
+  (a) GRPO from the base model for ``--minutes`` of training wall time;
+  (b) ``sql_cot_sft`` for ``--sft-minutes``, then GRPO for ``minutes - sft_minutes``.
+
+The budget is the same training wall time for both arms, the SFT stage counted against (b)
+(evaluations and model loading excluded; each stage finishes the step it is in when its time
+runs out, so the steps done are reported too). Held-out execution accuracy (``sql_execution``,
+greedy, the task's held-out questions) is measured on the base model, after (a), after (b)'s
+SFT and after (b). The last stdout line is
+``accuracy_base=.. accuracy_grpo=.. accuracy_sft=.. accuracy_sft_grpo=.. steps_grpo=.. steps_sft=.. steps_sft_grpo=..``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def train(args: list[str]) -> float:
+    """Run ``grpokit train`` with ``args``; its wall seconds (loading and evaluations included)."""
+    from grpokit.cli import main
+
+    t0 = time.perf_counter()
+    if main(["train", *args]) != 0:
+        raise SystemExit(f"grpokit train {' '.join(args)} failed")
+    return time.perf_counter() - t0
+
+
+def heldout(run_dir: Path) -> list[dict]:
+    """The held-out accuracy rows of a run's eval.jsonl, in order (before, ..., after)."""
+    rows = [json.loads(x) for x in (run_dir / "eval.jsonl").read_text().splitlines() if x.strip()]
+    return [r for r in rows if r.get("split", "heldout") == "heldout" and "accuracy" in r]
+
+
+def steps(run_dir: Path) -> int:
+    """Optimizer steps a run did (the rows of its metrics.jsonl)."""
+    path = run_dir / "metrics.jsonl"
+    return sum(1 for x in path.read_text().splitlines() if x.strip()) if path.is_file() else 0
+
+
+def last_mean(run_dir: Path, key: str, k: int = 5) -> float:
+    """Mean of ``key`` over a run's last ``k`` logged steps (nan if absent)."""
+    path = run_dir / "metrics.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+    values = [r[key] for r in rows[-k:] if key in r]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--minutes", type=float, default=10.0, help="training wall minutes of each arm")
+    p.add_argument("--sft-minutes", type=float, default=3.0, help="of (b)'s minutes, those spent on CoT SFT")
+    p.add_argument("--heldout", type=int, default=100, help="held-out questions")
+    p.add_argument("--out", default=None)
+    p.add_argument("--dry-run", action="store_true")
+    a = p.parse_args(argv)
+    if not 0 < a.sft_minutes < a.minutes:
+        p.error("--sft-minutes must be > 0 and below --minutes (arm b needs time for GRPO too)")
+    out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="sql-cot-"))
+    common = ["logging.progress=false", "logging.log_samples_every=0", f"data.n_heldout={a.heldout}"]
+    model, limit = "smollm2-135m-instruct", []
+    if a.dry_run:
+        from grpokit.testing import save_tiny_model
+
+        model = save_tiny_model(out / "tiny")
+        common += ["data.n_train=8", "data.n_heldout=4", "eval.max_new_tokens=8"]
+        limit = ["rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=8"]
+        a.minutes, a.sft_minutes = 0.02, 0.01
+    sets = lambda *kv: [x for s in (*common, *kv) for x in ("--set", s)]  # noqa: E731
+    grpo, sft, sft_grpo = out / "grpo", out / "sft", out / "sft_grpo"
+    grpo_min = a.minutes - a.sft_minutes
+    wall = {}
+    wall["grpo"] = train(["--preset", "sql_after_cot", *sets(*limit, f"model.name={model}", f"logging.output_dir={grpo}",
+                                                              "train.steps=100000", f"train.max_minutes={a.minutes}")])
+    wall["sft"] = train(["--preset", "sql_cot_sft", *sets(f"model.name={model}", f"logging.output_dir={sft}",
+                                                            "train.steps=100000", f"train.max_minutes={a.sft_minutes}",
+                                                            "logging.checkpoint_every=0")])
+    wall["sft_grpo"] = train(["--preset", "sql_after_cot", *sets(*limit, f"model.name={sft}", f"logging.output_dir={sft_grpo}",
+                                                                  "train.steps=100000", f"train.max_minutes={grpo_min}")])
+    a_evals, b_evals = heldout(grpo), heldout(sft_grpo)
+    acc = {"base": a_evals[0]["accuracy"], "grpo": a_evals[-1]["accuracy"],
+           "sft": b_evals[0]["accuracy"], "sft_grpo": b_evals[-1]["accuracy"]}
+    n = {"grpo": steps(grpo), "sft": steps(sft), "sft_grpo": steps(sft_grpo)}
+    fmt = {k: last_mean(out / k, "reward/sql_format/mean") for k in ("grpo", "sft_grpo")}
+    print(f"| held-out execution accuracy ({int(a_evals[0].get('n', a.heldout))} questions, greedy) | accuracy | steps | wall s |")
+    print("|---|---|---|---|")
+    print(f"| base SmolLM2 | {acc['base']:.1%} | - | - |")
+    print(f"| (a) GRPO, {a.minutes:g} min | {acc['grpo']:.1%} | {n['grpo']} GRPO | {wall['grpo']:.0f} |")
+    print(f"| (b) CoT SFT only, {a.sft_minutes:g} min | {acc['sft']:.1%} | {n['sft']} SFT | {wall['sft']:.0f} |")
+    print(f"| (b) CoT SFT + GRPO, {a.sft_minutes:g} + {grpo_min:g} min | {acc['sft_grpo']:.1%} | "
+          f"{n['sft']} SFT + {n['sft_grpo']} GRPO | {wall['sft'] + wall['sft_grpo']:.0f} |")
+    print(f"training sql_format reward, last 5 steps: (a) {fmt['grpo']:.2f}, (b) {fmt['sft_grpo']:.2f}")
+    print(" ".join(f"accuracy_{k}={v:.3f}" for k, v in acc.items()) + " "
+          + " ".join(f"steps_{k}={v}" for k, v in n.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
