@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="registered variants, rewards, tasks and presets")
     p = sub.add_parser("rm", help="reward models: `grpokit rm train --help`")
     p.add_argument("rm_args", nargs=argparse.REMAINDER, help="train ...")
+    from grpokit.synth.cli import add_parser as add_synth_parser
+
+    add_synth_parser(sub)
     return parser
 
 
@@ -178,6 +181,12 @@ def cmd_rm(args) -> int:
     return rm_train_main(args.rm_args[1:])
 
 
+def cmd_synth(args) -> int:
+    from grpokit.synth.cli import cmd_synth as run_synth
+
+    return run_synth(args)
+
+
 def _requested_device(args) -> str:
     """``model.device`` of the command's config, read from the raw YAML before torch is imported.
 
@@ -197,7 +206,7 @@ def _requested_device(args) -> str:
     return str(device)
 
 
-COMMANDS = {"train": cmd_train, "demo": cmd_demo, "eval": cmd_eval, "list": cmd_list, "rm": cmd_rm}
+COMMANDS = {"train": cmd_train, "demo": cmd_demo, "eval": cmd_eval, "list": cmd_list, "rm": cmd_rm, "synth": cmd_synth}
 
 
 def main(argv: Optional[list[str]] = None) -> int:

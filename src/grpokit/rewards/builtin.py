@@ -278,6 +278,8 @@ from grpokit.rewards import reward_model as _reward_model  # noqa: E402,F401  (r
 from grpokit.rewards import sql as _sql  # noqa: E402,F401  (registers the SQL execution rewards)
 from grpokit.rewards import crpo as _crpo  # noqa: E402,F401  (registers the CRPO rule rewards)
 from grpokit.rewards import length as _length  # noqa: E402,F401  (registers "length_target")
+from grpokit.rewards import synth as _synth  # noqa: E402,F401  (registers "synth_verify")
+from grpokit.rewards import etcon as _etcon  # noqa: E402,F401  (registers the EtCon consolidation rewards)
 
 
 @REWARDS.register("env_return")
