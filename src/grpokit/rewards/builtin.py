@@ -279,6 +279,7 @@ from grpokit.rewards import sql as _sql  # noqa: E402,F401  (registers the SQL e
 from grpokit.rewards import crpo as _crpo  # noqa: E402,F401  (registers the CRPO rule rewards)
 from grpokit.rewards import length as _length  # noqa: E402,F401  (registers "length_target")
 from grpokit.rewards import synth as _synth  # noqa: E402,F401  (registers "synth_verify")
+from grpokit.rewards import etcon as _etcon  # noqa: E402,F401  (registers the EtCon consolidation rewards)
 
 
 @REWARDS.register("env_return")
