@@ -32,13 +32,14 @@ def add_parser(sub) -> None:
 
 def cmd_synth(args: argparse.Namespace) -> int:
     from grpokit.model.loading import load_tokenizer
-    from grpokit.synth.generator import Generator, check_config
+    from grpokit.synth.generator import Generator, check_config, check_length, context_limit
     from grpokit.synth.writer import make_writer
 
     fields = {k: getattr(args, k) for k in SynthConfig.__dataclass_fields__ if hasattr(args, k)}
     cfg = SynthConfig(**fields)
     check_config(cfg)  # unknown paradigm / template: one line before any model loads
     tokenizer = load_tokenizer(cfg.tokenizer)
+    check_length(cfg, {f"tokenizer '{cfg.tokenizer}'": context_limit(tokenizer, cfg.tokenizer)})  # before the writer loads
     writer = make_writer(cfg.writer, device=args.device)
     manifest = Generator(cfg, writer, tokenizer).run()
     tokens = manifest["context_tokens"]
