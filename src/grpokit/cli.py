@@ -14,7 +14,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 log = logging.getLogger("grpokit")
 
 
-HEAVY_COMMANDS = ("train", "demo", "eval", "rm")  # commands that run a model: worth MKL's AVX2 kernels
+HEAVY_COMMANDS = ("train", "demo", "eval", "rm", "edit")  # commands that run a model: worth MKL's AVX2 kernels
 
 
 class UserError(Exception):
@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     from grpokit.synth.cli import add_parser as add_synth_parser
 
     add_synth_parser(sub)
+    from grpokit.editing.cli import add_parser as add_edit_parser
+
+    add_edit_parser(sub)
     return parser
 
 
@@ -181,6 +184,12 @@ def cmd_rm(args) -> int:
     return rm_train_main(args.rm_args[1:])
 
 
+def cmd_edit(args) -> int:
+    from grpokit.editing.cli import cmd_edit as run_edit
+
+    return run_edit(args)
+
+
 def cmd_synth(args) -> int:
     from grpokit.synth.cli import cmd_synth as run_synth
 
@@ -206,7 +215,7 @@ def _requested_device(args) -> str:
     return str(device)
 
 
-COMMANDS = {"train": cmd_train, "demo": cmd_demo, "eval": cmd_eval, "list": cmd_list, "rm": cmd_rm, "synth": cmd_synth}
+COMMANDS = {"train": cmd_train, "demo": cmd_demo, "eval": cmd_eval, "list": cmd_list, "rm": cmd_rm, "synth": cmd_synth, "edit": cmd_edit}
 
 
 def main(argv: Optional[list[str]] = None) -> int:

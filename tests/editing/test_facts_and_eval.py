@@ -96,3 +96,13 @@ def test_free_generation_is_greedy_decoding_of_the_chat_prompt():
     after, answers = evaluate(model, tok, edits, ("direct",), {"direct": got["direct"]}, max_new_tokens={"direct": 12})
     assert [answers["direct"][e.prompt] for e in edits] == [e.target_new for e in edits]
     assert after["direct"]["reliability"] == 1.0
+
+
+def test_counterfactual_edits_task_gives_the_consolidation_rows_of_the_same_facts():
+    from grpokit.registries import get_registry
+
+    splits = get_registry("task").get("counterfactual_edits")(seed=2, n_train=6, n_heldout=4)
+    edits = make_facts(6, seed=2)
+    assert [r["answer"] for r in splits.train] == [e.target_new for e in edits]
+    assert splits.train[0]["prompt"] == styled(edits[0].prompt, "cot") and splits.train[0]["original_knowledge"] == edits[0].old_fact
+    assert len(splits.heldout) == 4 and splits.heldout[0]["prompt"] == styled(edits[0].paraphrases[0], "cot")

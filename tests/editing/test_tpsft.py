@@ -1,5 +1,6 @@
 """TPSFT: the trust-region SFT objective (EtCon, arXiv 2512.04753) and the FFN-window editor."""
 
+import json
 import math
 
 import pytest
@@ -95,3 +96,21 @@ def test_edit_config_refuses_bad_values():
     for bad in (EditConfig(method="rome"), EditConfig(anchor="x"), EditConfig(steps=0), EditConfig(layers=[])):
         with pytest.raises(ValueError, match="edit"):
             bad.validate()
+
+
+def test_tpsft_as_an_offline_stage_starts_at_minus_one_and_descends(tmp_path):
+    from pathlib import Path
+
+    from grpokit.cli import main
+    from grpokit.testing import save_tiny_model
+
+    data = Path(__file__).resolve().parents[2] / "examples" / "offline" / "sft.jsonl"
+    run = tmp_path / "run"
+    sets = ["data.task=null", f"data.path={data}", f"model.name={save_tiny_model(tmp_path / 'tiny')}", "offline.loss=tpsft",
+            f"logging.output_dir={run}", "logging.progress=false", "train.steps=4", "optim.lr=1.0e-3", "eval.max_new_tokens=4"]
+    assert main(["train", "--stage", "sft", *[x for s in sets for x in ("--set", s)]]) == 0
+    rows = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()]
+    train = {r["label"]: r for r in rows if r["split"] == "train"}
+    # the reference is the starting model: r = 1 on every token before training, loss = -1 exactly
+    assert train["before"]["loss"] == pytest.approx(-1.0, abs=1e-6)
+    assert train["after"]["loss"] < -1.0

@@ -311,3 +311,5 @@ def text_navigation(seed: int, n_train: int, n_heldout: int, *, rooms: int = 2, 
 from grpokit.data import sql_task  # noqa: E402,F401
 # Registers "vision_qa" and "video_qa" (rows with images / video for a vision-language policy).
 from grpokit.vision import tasks as _vision_tasks  # noqa: E402,F401
+# Registers "counterfactual_edits" (EtCon's consolidation rows from procedural facts, grpokit.editing).
+from grpokit.editing import task as _edit_task  # noqa: E402,F401

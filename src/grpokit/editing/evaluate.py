@@ -23,20 +23,11 @@ from typing import Optional
 import torch
 
 from grpokit.data.chat import render_prompt
-from grpokit.editing.facts import Edit
+from grpokit.editing.facts import COT_SUFFIX, STYLES, Edit, styled  # noqa: F401  (re-exported)
 from grpokit.rewards.etcon import normalize
 
-COT_SUFFIX = "Please reason step by step. The final answer within <answer> \\boxed{...} </answer>."
 SYSTEM_PROMPT = "You are a helpful assistant."  # [inferred] short: SmolLM2's default system prompt triples the CPU cost
-STYLES = ("direct", "cot")
 _BOX = re.compile(r"\\boxed\{([^}]*)\}")
-
-
-def styled(question: str, style: str) -> str:
-    """The user message of ``question`` in ``style`` (``direct`` or ``cot``)."""
-    if style not in STYLES:
-        raise ValueError(f"style={style!r}; choose one of {', '.join(STYLES)}")
-    return question if style == "direct" else f"{question} {COT_SUFFIX}"
 
 
 def final_answer(text: str) -> str:

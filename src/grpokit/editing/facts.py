@@ -59,6 +59,9 @@ RELATIONS: tuple[Relation, ...] = (
                                "lizard", "canary", "pony")),
 )
 RELATIONS_BY_NAME = {r.name: r for r in RELATIONS}
+# The authors' consolidation instruction (KE-Con examples/format_prompt/KE_format_cot.jinja), after the question.
+COT_SUFFIX = "Please reason step by step. The final answer within <answer> \\boxed{...} </answer>."
+STYLES = ("direct", "cot")
 
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gl", "kr", "qu", "th", "st")
 _VOWELS = ("a", "e", "i", "o", "u", "ae", "ei", "ou")
@@ -174,6 +177,19 @@ def validate_edits(edits: list[Edit], where: str = "edits") -> None:
             if owner is not None:
                 raise DataError(f"{where}: contradictory edits: neighbour {q!r} of case {e.case_id} is an edited question "
                                 f"of case {owner.case_id}; its answer cannot both change and stay")
+
+
+def styled(question: str, style: str) -> str:
+    """The user message of ``question`` in ``style``: ``direct`` (as is) or ``cot`` (followed by :data:`COT_SUFFIX`)."""
+    if style not in STYLES:
+        raise ValueError(f"style={style!r}; choose one of {', '.join(STYLES)}")
+    return question if style == "direct" else f"{question} {COT_SUFFIX}"
+
+
+def consolidation_rows(edits: list[Edit], paraphrases: bool = False) -> list[dict]:
+    """GRPO rows: the CoT-styled edit prompts (or paraphrases), ``answer`` = new object, ``original_knowledge`` = old fact."""
+    return [{"prompt": styled(q, "cot"), "answer": e.target_new, "original_knowledge": e.old_fact}
+            for e in edits for q in (e.paraphrases if paraphrases else [e.prompt])]
 
 
 def write_jsonl(edits: list[Edit], path: str | Path) -> Path:

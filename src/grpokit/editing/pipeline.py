@@ -21,17 +21,11 @@ from typing import Optional
 from grpokit.data.chat import render_prompt
 from grpokit.editing.editor import EditConfig, apply_edits
 from grpokit.editing.evaluate import SYSTEM_PROMPT, evaluate, styled
-from grpokit.editing.facts import Edit, write_jsonl
+from grpokit.editing.facts import Edit, consolidation_rows, write_jsonl
 
 log = logging.getLogger(__name__)
 
 MAX_NEW_TOKENS = {"direct": 24, "cot": 96}
-
-
-def consolidation_rows(edits: list[Edit], paraphrases: bool = False) -> list[dict]:
-    """GRPO rows: the CoT-styled edit prompts (or their paraphrases), ``answer`` = new object, ``original_knowledge`` = old fact."""
-    return [{"prompt": styled(q, "cot"), "answer": e.target_new, "original_knowledge": e.old_fact}
-            for e in edits for q in (e.paraphrases if paraphrases else [e.prompt])]
 
 
 def _write_rows(rows: list[dict], path: Path) -> Path:
@@ -62,7 +56,7 @@ def consolidate(model_dir: Path, edits: list[Edit], out: Path, overrides: list[s
 
     rows = _write_rows(consolidation_rows(edits), out / "consolidation.jsonl")
     heldout = _write_rows(consolidation_rows(edits, paraphrases=True) or consolidation_rows(edits), out / "consolidation_heldout.jsonl")
-    cfg = load_config(preset="etcon", overrides=[f"model.name={model_dir}", f"data.path={rows}", f"data.heldout_path={heldout}",
+    cfg = load_config(preset="etcon", overrides=[f"model.name={model_dir}", "data.task=null", f"data.path={rows}", f"data.heldout_path={heldout}",
                                                  f"logging.output_dir={out / 'grpo'}", *overrides])
     make_trainer(cfg).train()
     return Path(model_source(str(out / "grpo")))
