@@ -1,12 +1,21 @@
 #!/usr/bin/env python
 """Peak memory of one learner step vs completion length: full logits, chunked head, StreamBP.
 
-    python benchmarks/learner_memory.py                         # 512 / 1024 / 2048 tokens, 2 rows
+    python benchmarks/learner_memory.py                         # GRPO, 512 / 1024 / 2048 tokens, 2 rows
     python benchmarks/learner_memory.py --lengths 256,512 --rows 1 --chunk 128
+    python benchmarks/learner_memory.py --objective sft --rows 1 --lengths 2048,4096,8000
+    python benchmarks/learner_memory.py --objective dpo --rows 2 --lengths 2048,4096,8000   # one pair
 
-One learner step = forward + backward of the GRPO objective (token-level ppo_clip, seq_mean_token_mean)
-on one micro-batch of ``rows`` completions of one prompt, every completion exactly T tokens,
-on the embedded SmolLM2-135M-Instruct (fp32, full fine-tune). Modes:
+One learner step = forward + backward of the objective on one micro-batch of ``rows`` completions of
+one prompt, every completion exactly T tokens, on the embedded SmolLM2-135M-Instruct (fp32, full
+fine-tune). Objectives (``--objective``): ``grpo`` (token-level ppo_clip, seq_mean_token_mean), ``sft``
+(the registered ``sft`` loss: token-mean NLL) and ``dpo`` (the registered ``dpo`` loss, beta 0.1: the
+rows are chosen / rejected halves, the reference log-probs precomputed, as the offline trainer has
+them). StreamBP ("StreamBP: Memory-Efficient Exact Backpropagation for Long Sequence Training of
+LLMs", arXiv 2506.03077, Sec. 3) serves all three the same way: the per-token log-probs ``[B, T]``
+come out of the chunked forward as a leaf, the objective's gradient with respect to them is taken
+whole (so DPO's non-additive ``-log sigmoid(beta c)`` needs no second pass), and that gradient is
+pushed back chunk by chunk. Modes:
 
 * ``logits``   — the textbook path: ``[B, T, V]`` logits, log-softmax chunked over T (grpokit before
                  the chunked head; what most trainers do);
@@ -42,10 +51,11 @@ def _status_mib(field: str) -> float:
     raise RuntimeError(field)
 
 
-def child(mode: str, length: int, rows: int, chunk: int) -> None:
+def child(mode: str, length: int, rows: int, chunk: int, objective_name: str = "grpo") -> None:
     import torch
 
     from grpokit.algos.objective import grpo_objective
+    from grpokit.algos.offline import OFFLINE_LOSSES, OfflineInputs
     from grpokit.algos.losses import LossInputs
     from grpokit.model.loading import load_model
     from grpokit.model.logprobs import completion_logprobs
@@ -67,7 +77,14 @@ def child(mode: str, length: int, rows: int, chunk: int) -> None:
     adv = torch.randn(rows)
     loss_fn, agg = get_registry("loss").get("ppo_clip"), get_registry("aggregation").get("seq_mean_token_mean")
 
+    ref_logp = -torch.rand(rows, length) * 5  # DPO's reference log-probs: precomputed, no gradient
+    offline = OFFLINE_LOSSES.get(objective_name) if objective_name != "grpo" else None
+
     def objective(logp, mask):
+        if objective_name == "sft":
+            return offline(OfflineInputs(logp=logp, mask=mask.float()), num_tokens=float(mask.sum()))[0]
+        if objective_name == "dpo":
+            return offline(OfflineInputs(logp=logp, mask=mask.float(), ref_logp=ref_logp[:, : logp.shape[1]]), beta=0.1, num_rows=rows / 2)[0]
         inp = LossInputs(logp=logp, old_logp=logp.detach(), adv=adv, mask=mask.float())
         loss, _ = grpo_objective(inp, policy_loss=loss_fn, aggregate=agg, kl_estimator=None, beta=0.0,
                                  loss_options={"epsilon_low": 0.2, "epsilon_high": 0.2}, num_seqs=float(rows),
@@ -93,7 +110,7 @@ def child(mode: str, length: int, rows: int, chunk: int) -> None:
     step(args)
     seconds = time.perf_counter() - t0
     peak = _status_mib("VmHWM")
-    print(TAG + json.dumps({"mode": mode, "T": length, "rows": rows, "before_mib": before, "peak_mib": peak,
+    print(TAG + json.dumps({"objective": objective_name, "mode": mode, "T": length, "rows": rows, "before_mib": before, "peak_mib": peak,
                             "extra_mib": peak - before, "seconds": seconds}), flush=True)
 
 
@@ -103,6 +120,8 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=2, help="completions in the micro-batch (one prompt)")
     p.add_argument("--chunk", type=int, default=256, help="StreamBP chunk (train.sequence_chunk)")
     p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--objective", choices=("grpo", "sft", "dpo"), default="grpo",
+                   help="the loss of the step (dpo: --rows must be even, chosen then rejected)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -110,14 +129,17 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(a.threads)
+    if a.objective == "dpo" and a.rows % 2:
+        raise SystemExit(f"--objective dpo needs an even --rows (chosen / rejected pairs), got {a.rows}")
     if a._child:
-        child(a._child[0], int(a._child[1]), a.rows, a.chunk)
+        child(a._child[0], int(a._child[1]), a.rows, a.chunk, a.objective)
         return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     results = []
     for length in [int(x) for x in a.lengths.split(",")]:
         for mode in a.modes.split(","):
-            cmd = [sys.executable, __file__, "--_child", mode, str(length), "--rows", str(a.rows), "--chunk", str(a.chunk)]
+            cmd = [sys.executable, __file__, "--_child", mode, str(length), "--rows", str(a.rows), "--chunk", str(a.chunk),
+                   "--objective", a.objective]
             if a.threads:
                 cmd += ["--threads", str(a.threads)]
             out = subprocess.run(cmd, capture_output=True, text=True)
@@ -129,6 +151,7 @@ def main() -> None:
             results.append(r)
             print(f"T={length:5d} {mode:9s} extra {r['extra_mib']:8.0f} MiB  peak {r['peak_mib']:8.0f} MiB  {r['seconds']:6.1f} s",
                   file=sys.stderr, flush=True)
+    print(f"objective {a.objective}, {a.rows} rows, chunk {a.chunk}")
     print("| T | mode | learner extra MiB | peak RSS MiB | s | extra / logits |")
     print("|---|---|---|---|---|---|")
     base = {r["T"]: r["extra_mib"] for r in results if r["mode"] == "logits"}

@@ -29,7 +29,10 @@ from pathlib import Path
 import torch
 
 log = logging.getLogger(__name__)
-VERSION = "v1"
+VERSION = "v2"
+# The embedded model's size: text hidden 128 and vision embed 64 learn count and shape, which the v1
+# sizes (64 / 32) did not at any learning rate tried [measured: 100% vs 28-36% held-out, clean labels].
+SIZES = {"hidden": 128, "vision_embed": 64}
 
 
 def partner(kind: str, answer: str) -> str:
@@ -63,7 +66,7 @@ def noisy_rows(n: int, seed: int, p_correct: float = 0.5, kinds: tuple[str, ...]
     return rows
 
 
-def train(folder: str | Path, *, steps: int = 1600, clean_steps: int = 1200, batch: int = 32, lr: float = 3e-3,
+def train(folder: str | Path, *, steps: int = 3200, clean_steps: int = 2600, batch: int = 32, lr: float = 1e-3,
           seed: int = 0, p_correct: float = 0.5, kinds: tuple[str, ...] = KINDS) -> dict[str, float]:
     """Supervised noisy-prior training of the model in ``folder`` (in place); returns the final loss and minutes."""
     torch.manual_seed(seed)
@@ -113,14 +116,14 @@ def _train(folder, *, steps: int, clean_steps: int, batch: int, lr: float, seed:
     return {"loss": loss_value, "minutes": (time.perf_counter() - start) / 60}
 
 
-def build(out: str | Path, *, seed: int = 0, steps: int = 1600, **kwargs) -> Path:
+def build(out: str | Path, *, seed: int = 0, steps: int = 3200, sizes: dict | None = None, **kwargs) -> Path:
     """A tiny Qwen2-VL at ``out``: built from its config, then noisy-prior pretrained; atomic."""
     from grpokit.vision.tiny_qwen2vl import save_tiny_qwen2vl
 
     out = Path(out)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    save_tiny_qwen2vl(tmp, seed=seed)
+    save_tiny_qwen2vl(tmp, seed=seed, **(SIZES if sizes is None else sizes))
     result = train(tmp, steps=steps, seed=seed, **kwargs)
     (tmp / "grpokit-pretrain.txt").write_text(f"noisy prior {VERSION} seed={seed} steps={steps} {result}\n")
     shutil.rmtree(out, ignore_errors=True)
@@ -142,7 +145,7 @@ def ensure_tiny_vlm(seed: int = 0) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Build and noisy-prior pretrain the tiny Qwen2-VL")
     p.add_argument("--out", default=None, help="folder (default: the embedded tiny-qwen2vl cache)")
-    p.add_argument("--steps", type=int, default=1600)
+    p.add_argument("--steps", type=int, default=3200)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
