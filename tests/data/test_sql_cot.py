@@ -215,3 +215,30 @@ def test_demonstrations_outside_an_sft_task_run_are_refused():
         check_run(grpo)
     with pytest.raises(DataError, match="without data.path"):
         load_offline_splits(load_config(preset="sql_cot_sft", overrides=["data.path=x.jsonl"]).data, "sft")
+
+
+# ---------------------------------------------------------------- the method acting on the real model
+COT_FORMAT = '''
+def cot_format(prompts, completions, **kwargs):
+    """1.0 if the completion opens with the trace's first step, else 0.0."""
+    return [float(c.lstrip().startswith("1. Tables:")) for c in completions]
+'''
+
+
+@pytest.mark.slow
+def test_a_few_cot_sft_steps_make_smollm2_write_the_trace_format(tmp_path):
+    """Greedy held-out completions open with the clause-by-clause steps more often after 8 SFT steps than before."""
+    import json
+
+    from grpokit.cli import main
+
+    (tmp_path / "cot_format.py").write_text(COT_FORMAT)
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "sql_cot_sft", "--set", f"logging.output_dir={run}", "--set", "train.steps=8",
+                 "--set", "data.n_train=64", "--set", "data.n_heldout=12", "--set", "eval.before=true",
+                 "--set", "eval.after=true", "--set", "eval.max_new_tokens=8", "--set", "logging.progress=false",
+                 "--set", f"rewards=[{{name: '{tmp_path / 'cot_format.py'}:cot_format', weight: 1.0}}]",
+                 "--set", "eval.accuracy_reward=cot_format"]) == 0
+    evals = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines() if x.strip()]
+    share = [e["accuracy"] for e in evals if e.get("split") == "heldout" and "accuracy" in e]
+    assert share[0] < 0.5 and share[-1] > share[0] + 0.4, share  # base SmolLM2 does not open with "1. Tables:"
