@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 VISION_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
-EMBEDDED_VISION = {"tiny-qwen2vl": "the tiny Qwen2-VL of grpokit.vision (0.16 M params, noisy-prior pretrained here)"}
+EMBEDDED_VISION = {"tiny-qwen2vl": "the tiny Qwen2-VL of grpokit.vision (0.56 M params, noisy-prior pretrained here)"}
 
 
 def _folder(name: str) -> Path | None:

@@ -8,7 +8,7 @@ greedy answer is right about half the time and its samples are right half the ti
 the exact reward then has a strong, monotone signal to learn from. (The recipe follows the
 research note's "noisy prior"; the fixed partner rather than a uniform random label is grpokit's
 choice [inferred]: with uniform noise the mode is already the right answer, and greedy accuracy
-would start near 100%. The clean first phase is grpokit's too: from scratch, a 0.16 M model
+would start near 100%. The clean first phase is grpokit's too: from scratch, the v1 0.16 M model
 on noisy labels alone learned only the question's answer prior in 400 steps [measured].)
 
     python -m grpokit.vision.pretrain            # builds and caches the embedded tiny-qwen2vl
@@ -71,7 +71,7 @@ def train(folder: str | Path, *, steps: int = 3200, clean_steps: int = 2600, bat
     """Supervised noisy-prior training of the model in ``folder`` (in place); returns the final loss and minutes."""
     torch.manual_seed(seed)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a 0.16 M-parameter model: one thread is ~5x faster than two on this CPU
+    torch.set_num_threads(1)  # a 0.56 M-parameter model: one thread is ~5x faster than two on this CPU
     try:
         return _train(folder, steps=steps, clean_steps=clean_steps, batch=batch, lr=lr, seed=seed, p_correct=p_correct,
                       kinds=tuple(kinds))
