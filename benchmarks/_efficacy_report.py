@@ -12,6 +12,7 @@ against its reference row at equal training minutes, and the verdict of
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -102,14 +103,35 @@ def task_section(task: Any, runs_by_method: dict[str, list[dict]], methods: list
     return out + [""]
 
 
-KEPT_START, KEPT_END = "<!-- kept:start -->", "<!-- kept:end -->"  # sections other benchmarks write (benchmarks/vision.py)
+KEPT_RE = re.compile(r"<!-- kept:start:(?P<name>[\w-]+) -->\n.*?<!-- kept:end:(?P=name) -->\n?", re.DOTALL)
+
+
+def kept_markers(name: str) -> tuple[str, str]:
+    """The markers around the section ``name`` that another benchmark writes (vision.py, flow_image.py)."""
+    return f"<!-- kept:start:{name} -->", f"<!-- kept:end:{name} -->"
 
 
 def kept_block(text: str) -> list[str]:
-    """The lines between the kept markers of an existing report (markers included), or []."""
-    if KEPT_START not in text or KEPT_END not in text:
-        return []
-    return text[text.index(KEPT_START) : text.index(KEPT_END) + len(KEPT_END)].splitlines() + [""]
+    """Every kept section of an existing report (markers included), in order, or []."""
+    lines: list[str] = []
+    for match in KEPT_RE.finditer(text):
+        lines += match.group(0).rstrip("\n").splitlines() + [""]
+    return lines
+
+
+def write_kept(path: Path, name: str, block: list[str]) -> None:
+    """Put ``block`` (its lines, without markers) into ``path`` as the kept section ``name``: replaced
+    in place if the report has one, else appended; the generated sections and other kept ones stay."""
+    start, end = kept_markers(name)
+    section = "\n".join([start, *block, end]) + "\n"
+    text = path.read_text() if path.exists() else ""
+    found = [m for m in KEPT_RE.finditer(text) if m.group("name") == name]
+    if found:
+        text = text[: found[0].start()] + section + text[found[0].end():]
+    else:
+        text = text.rstrip("\n") + ("\n\n" if text.strip() else "") + section
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
 
 
 def write_markdown(path: Path, header: list[str], sections: list[list[str]], unavailable: dict[str, str]) -> None:

@@ -189,11 +189,16 @@ def test_dry_run_study_trains_caches_resumes_and_reports(tmp_path):
         assert (tmp_path / "docs" / "efficacy" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
 
-def test_regenerating_the_report_keeps_the_section_another_benchmark_wrote(tmp_path):
+def test_regenerating_the_report_keeps_the_sections_other_benchmarks_wrote(tmp_path):
     import _efficacy_report as rep
 
     path = tmp_path / "efficacy.md"
-    path.write_text("# old\n\n<!-- kept:start -->\n## Vision\n| papo | 1 |\n<!-- kept:end -->\n")
+    path.write_text("# old\n")
+    rep.write_kept(path, "vision", ["## Vision", "| papo | 1 |"])
+    rep.write_kept(path, "flow", ["## Flow", "| win-rate | 2 |"])
+    rep.write_kept(path, "vision", ["## Vision", "| papo | 3 |"])  # replaced in place, the other kept
     rep.write_markdown(path, ["# new", ""], [["## Task", ""]], {})
     text = path.read_text()
-    assert text.startswith("# new") and "# old" not in text and "| papo | 1 |" in text
+    assert text.startswith("# new") and "# old" not in text and "| papo | 1 |" not in text
+    assert text.index("| papo | 3 |") < text.index("| win-rate | 2 |")
+    assert text.count("<!-- kept:start:vision -->") == 1 and text.count("<!-- kept:end:flow -->") == 1

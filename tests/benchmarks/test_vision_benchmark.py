@@ -8,5 +8,5 @@ def test_vision_dry_run_runs_every_study_and_writes_the_efficacy_section(dry_run
     last = stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"(\w+=\d\.\d{3} ?){6}", last), last
     report = (tmp_path / "efficacy.md").read_text()
-    assert "<!-- kept:start -->" in report and "| papo |" in report and "| grpo |" in report
+    assert "<!-- kept:start:vision -->" in report and "<!-- kept:end:vision -->" in report and "| papo |" in report and "| grpo |" in report
     assert "| deepvideo_r1, video task |" in stdout
