@@ -119,6 +119,21 @@ class VisionConfig:
 
 
 @dataclass
+class FlowConfig:
+    """Sampling and log-probs of a flow-matching image policy (``model.name`` tiny-flow or a grpokit flow folder; Flow-GRPO's SDE)."""
+
+    steps: int = opt(10, "denoising steps K of a training rollout (Flow-GRPO: 10)", ge=1)
+    eval_steps: int = opt(40, "denoising steps of a held-out evaluation sample, an ODE when eval_noise_level = 0 (Flow-GRPO: 40)", ge=1)
+    noise_level: float = opt(0.7, "a of the SDE's diffusion coefficient g(sigma) = a * sqrt(sigma / (1 - sigma)) (Flow-GRPO: 0.7)", gt=0)
+    eval_noise_level: float = opt(0.0, "a at evaluation (0 = the deterministic ODE)", ge=0)
+    shift: float = opt(1.0, "sigma shift s * sigma / (1 + (s - 1) * sigma) of FlowMatchEulerDiscreteScheduler (DanceGRPO / Pref-GRPO: 3)", gt=0)
+    train_fraction: float = opt(0.99, "trained denoising steps per sample = floor(fraction * steps) (Flow-GRPO: 0.99 -> 9 of 10; DanceGRPO / Pref-GRPO: 0.6)", gt=0, le=1)
+    train_order: str = opt("first", "which steps are trained: the first ones in order (Flow-GRPO) or a fresh random subset per sample (DanceGRPO / Pref-GRPO)", choices=["first", "random"])
+    guidance: float = opt(1.0, "classifier-free guidance scale w in rollout and learning, the unconditional branch without gradient (1 = off; Flow-GRPO: 4.5)", ge=0)
+    same_noise: bool = opt(False, "the G samples of a group share their initial noise and differ only by SDE noise (DanceGRPO / Pref-GRPO init_same_noise)")
+
+
+@dataclass
 class RewardConfig:
     """One reward function and its weight in the total reward."""
 
@@ -300,6 +315,7 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig, metadata={"doc": "sampling"})
     environment: EnvironmentConfig = field(default_factory=EnvironmentConfig, metadata={"doc": "multi-turn environment episodes (off by default)"})
     vision: VisionConfig = field(default_factory=VisionConfig, metadata={"doc": "images and video of a vision-language policy"})
+    flow: FlowConfig = field(default_factory=FlowConfig, metadata={"doc": "sampling and log-probs of a flow-matching image policy"})
     rewards: list = field(
         default_factory=lambda: [RewardConfig()],
         metadata={"doc": "reward functions (list of {name, weight, kwargs})", "item_type": RewardConfig},

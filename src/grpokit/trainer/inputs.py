@@ -41,6 +41,12 @@ def _capabilities(cfg: Config):
     from grpokit.policies.causal_lm import CausalLMPolicy
     from grpokit.vision.checks import vision_run
 
+    from grpokit.diffusion.flow.loading import is_flow_model
+
+    if is_flow_model(cfg.model.name):
+        from grpokit.policies.flow_matching import FlowMatchingPolicy
+
+        return FlowMatchingPolicy.capabilities_for()
     if vision_run(cfg):
         from grpokit.policies.vision_lm import VisionLMPolicy
 
@@ -143,8 +149,12 @@ TRAINER_OPTIONS = {"combiner": ("grad_param_pattern", "grad_micro_batches", "val
 
 def check_run(cfg: Config) -> None:
     """Refuse, in one line, a method whose input nothing produces here or an option its function does not take."""
+    from grpokit.diffusion.flow.loading import flow_problem
     from grpokit.registries import get_registry
 
+    problem = flow_problem(cfg)  # first of all: without diffusers, the one-line install hint
+    if problem is not None:
+        raise RunContractError(problem)
     for axis, name, where, options in chosen_methods(cfg):
         registry = get_registry(axis)
         spec = registry.spec(name)
@@ -192,6 +202,11 @@ def check_data(cfg: Config, rows: list[dict]) -> None:
     from grpokit.vision.checks import data_problem
 
     problem = data_problem(cfg, rows, "aux_logp" in needed_inputs(cfg))
+    if problem is not None:
+        raise RunContractError(problem)
+    from grpokit.diffusion.flow.loading import flow_data_problem
+
+    problem = flow_data_problem(cfg, rows)
     if problem is not None:
         raise RunContractError(problem)
     named = sorted({row["environment"] for row in rows if row.get("environment")})

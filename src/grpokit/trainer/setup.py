@@ -99,6 +99,12 @@ def load_policy(cfg: Config) -> tuple[torch.nn.Module, Any]:
     from grpokit.trainer.checkpoint import model_source
 
     name = cfg.model.name
+    from grpokit.diffusion.flow.loading import is_flow_model
+
+    if is_flow_model(name):  # a flow-matching image model; its "tokenizer" is the condition names
+        from grpokit.diffusion.flow.loading import load_flow_model
+
+        return load_flow_model(name, device=check_device(cfg))
     from grpokit.vision.loading import EMBEDDED_VISION, is_vision_model
 
     if is_vision_model(name):
@@ -173,6 +179,8 @@ def build_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, learners: 
     from grpokit.rollout.hf import HFBackend
     from grpokit.vision.loading import VISION_MODEL_TYPES
 
+    if getattr(model, "grpokit_family", None) == "flow":
+        return build_flow_policy(cfg, model, needs_ref)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if getattr(base.config, "model_type", None) in VISION_MODEL_TYPES:
         return build_vision_policy(cfg, model, tokenizer, needs_ref)
@@ -205,6 +213,16 @@ def build_vision_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, nee
         temperature=cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0,
         mask_probability=v.mask_probability, seed=cfg.train.seed, min_frames=v.min_frames,
     )
+
+
+def build_flow_policy(cfg: Config, model: torch.nn.Module, needs_ref: bool):
+    """The run's :class:`~grpokit.policies.flow_matching.FlowMatchingPolicy` (the SDE sampler of ``cfg.flow``)."""
+    import dataclasses
+
+    from grpokit.policies.flow_matching import FlowMatchingPolicy, FlowSettings
+
+    settings = FlowSettings(**dataclasses.asdict(cfg.flow))
+    return FlowMatchingPolicy(model, settings, reference=reference_model(model, cfg, needs_ref), seed=cfg.train.seed)
 
 
 def new_state(registry_spec: Any) -> Any:
