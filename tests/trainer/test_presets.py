@@ -36,6 +36,14 @@ def tiny_vlm_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def tiny_mdm_dir(tmp_path_factory):
+    from grpokit.diffusion.model import MDMTokenizer, build_mdm, save_mdm
+
+    tok = MDMTokenizer()
+    return save_mdm(build_mdm(len(tok), hidden=32, layers=2, heads=2), tok, tmp_path_factory.mktemp("tiny_mdm") / "m")
+
+
+@pytest.fixture(scope="module")
 def reward_model_dir(tmp_path_factory):
     """A small multi-label reward model for presets that score with `rm_score`."""
     from grpokit.rewards.reward_model import train_regression_rm
@@ -63,6 +71,10 @@ def test_preset_trains_tiny_model_3_steps(preset, tiny_dir, tmp_path, request):
 
     if is_vision_model(str(read_preset(preset).get("model", {}).get("name", ""))):  # images / video: a tiny Qwen2-VL
         tiny_dir = request.getfixturevalue("tiny_vlm_dir")
+    from grpokit.diffusion.checks import is_mdm_model
+
+    if is_mdm_model(str(read_preset(preset).get("model", {}).get("name", ""))):  # a random tiny masked-diffusion LM
+        tiny_dir = request.getfixturevalue("tiny_mdm_dir")
     overrides = TINY + [f"model.name={tiny_dir}", f"logging.output_dir={tmp_path}", "train.steps=3"]
     cfg = load_config(preset=preset, overrides=overrides)
     cfg.rollout.max_new_tokens = 8

@@ -45,3 +45,6 @@ def kl_none(logp: torch.Tensor, ref_logp: torch.Tensor | None = None) -> torch.T
     """No KL term (zeros); no reference model is loaded for it."""
     return torch.zeros_like(logp)
 
+
+# Sequence-level estimators of policies whose units split one sequence log-likelihood (ESPO); last: they import this module.
+import grpokit.algos.espo  # noqa: E402,F401

@@ -119,6 +119,17 @@ class VisionConfig:
 
 
 @dataclass
+class DiffusionConfig:
+    """Sampling and likelihood of a masked-diffusion LM policy (``model.name`` tiny-mdm or a grpokit MDM folder); the canvas is rollout.max_new_tokens."""
+
+    likelihood: str = opt("stand_in", "unit log-probs for RL: stand_in (d1), espo_elbo (ESPO sequence ELBO) or mask_grpo_step (Mask-GRPO steps); see `grpokit list`", registry="likelihood")
+    likelihood_options: dict = opt({}, "keyword options of the likelihood (stand_in: prompt_mask_prob; espo_elbo: num_mc, coupled)")
+    steps: int = opt(0, "unmasking steps per canvas (0 = the canvas length)", ge=0)
+    block_length: int = opt(0, "semi-autoregressive block length (0 = the whole canvas at once)", ge=0)
+    remasking: str = opt("low_confidence", "which proposals a step commits: the most confident (low_confidence) or random ones", choices=["low_confidence", "random"])
+
+
+@dataclass
 class FlowConfig:
     """Sampling and log-probs of a flow-matching image policy (``model.name`` tiny-flow or a grpokit flow folder; Flow-GRPO's SDE)."""
 
@@ -315,6 +326,7 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig, metadata={"doc": "sampling"})
     environment: EnvironmentConfig = field(default_factory=EnvironmentConfig, metadata={"doc": "multi-turn environment episodes (off by default)"})
     vision: VisionConfig = field(default_factory=VisionConfig, metadata={"doc": "images and video of a vision-language policy"})
+    diffusion: DiffusionConfig = field(default_factory=DiffusionConfig, metadata={"doc": "sampling and likelihood of a masked-diffusion LM policy"})
     flow: FlowConfig = field(default_factory=FlowConfig, metadata={"doc": "sampling and log-probs of a flow-matching image policy"})
     rewards: list = field(
         default_factory=lambda: [RewardConfig()],

@@ -313,5 +313,7 @@ from grpokit.data import sql_task  # noqa: E402,F401
 from grpokit.vision import tasks as _vision_tasks  # noqa: E402,F401
 # Registers "counterfactual_edits" (EtCon's consolidation rows from procedural facts, grpokit.editing).
 from grpokit.editing import task as _edit_task  # noqa: E402,F401
+# Registers the masked-diffusion LM's tasks (mdm_reverse, mdm_sort, mdm_add, mdm_countdown).
+from grpokit.diffusion import tasks as _mdm_tasks  # noqa: E402,F401
 # Registers "flow_images" (class-conditional image prompts for the flow-matching policy, grpokit.diffusion.flow).
 from grpokit.diffusion.flow import procedural as _flow_tasks  # noqa: E402,F401

@@ -51,10 +51,18 @@ def _capabilities(cfg: Config):
         from grpokit.policies.vision_lm import VisionLMPolicy
 
         return VisionLMPolicy.capabilities_for()
+    from grpokit.diffusion.checks import mdm_run
+
+    if mdm_run(cfg):
+        from grpokit.policies.masked_diffusion import MaskedDiffusionPolicy
+
+        return MaskedDiffusionPolicy.capabilities_for(cfg.diffusion.likelihood)
     return CausalLMPolicy.capabilities_for(cfg.rollout.backend)
 
 
 def _entropy(cfg: Config) -> Optional[str]:
+    if not _capabilities(cfg).entropy and cfg.rollout.backend == "hf":
+        return f"the policy of model.name '{cfg.model.name}' gives no per-unit entropies: choose a method that does not need them"
     if not _capabilities(cfg).entropy:
         return f"rollout.backend={cfg.rollout.backend} returns no per-token entropies: set rollout.backend=hf"
     return None
@@ -174,8 +182,9 @@ def check_run(cfg: Config) -> None:
         raise RunContractError(f"data.demonstrations '{cfg.data.demonstrations}' writes completions for stage sft; stage '{cfg.stage}' does not read them: set data.demonstrations=null or stage=sft")
     from grpokit.envs.checks import environment_problem
     from grpokit.vision.checks import vision_problem
+    from grpokit.diffusion.checks import mdm_problem
 
-    for problem in (environment_problem(cfg), vision_problem(cfg)):
+    for problem in (environment_problem(cfg), vision_problem(cfg), mdm_problem(cfg)):
         if problem is not None:
             raise RunContractError(problem)
     if cfg.variational.enabled:

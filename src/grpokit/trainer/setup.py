@@ -105,14 +105,21 @@ def load_policy(cfg: Config) -> tuple[torch.nn.Module, Any]:
         from grpokit.diffusion.flow.loading import load_flow_model
 
         return load_flow_model(name, device=check_device(cfg))
+    from grpokit.diffusion.checks import EMBEDDED_MDM, is_mdm_model
     from grpokit.vision.loading import EMBEDDED_VISION, is_vision_model
+
+    if is_mdm_model(name):
+        from grpokit.diffusion.checks import resolve as resolve_mdm
+        from grpokit.diffusion.model import load_mdm
+
+        return load_mdm(resolve_mdm(name), device=check_device(cfg))
 
     if is_vision_model(name):
         from grpokit.vision.loading import load_vision_model
 
         model, tokenizer, _ = load_vision_model(name, dtype=cfg.model.dtype, device=check_device(cfg))
         return (apply_lora(model, cfg.model.lora) if cfg.model.lora.enabled else model), tokenizer
-    if name not in EMBEDDED_MODELS and name not in EMBEDDED_VISION and not Path(name).expanduser().exists():
+    if name not in EMBEDDED_MODELS and name not in EMBEDDED_VISION and name not in EMBEDDED_MDM and not Path(name).expanduser().exists():
         raise ValueError(f"model.name '{name}' does not exist: give an embedded model ({', '.join(sorted(EMBEDDED_MODELS))}), "
                          "a model folder, a .gguf file, or a grpokit run folder that an earlier `grpokit train` wrote")
     model, tokenizer = load_model(model_source(name), dtype=cfg.model.dtype, device=check_device(cfg))  # CUDA: SDPA / flash attention
@@ -184,6 +191,10 @@ def build_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, learners: 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if getattr(base.config, "model_type", None) in VISION_MODEL_TYPES:
         return build_vision_policy(cfg, model, tokenizer, needs_ref)
+    from grpokit.diffusion.model import MDMTokenizer
+
+    if isinstance(tokenizer, MDMTokenizer):
+        return build_mdm_policy(cfg, model, tokenizer, needs_ref)
     if learners.is_main:
         backend = make_backend(cfg.rollout, model, tokenizer, seed=cfg.train.seed)
         if cfg.environment.name:  # multi-turn: every "completion" is an environment episode
@@ -212,6 +223,20 @@ def build_vision_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, nee
         model, tokenizer, processor, reference=reference_model(model, cfg, needs_ref), use_reference=needs_ref,
         temperature=cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0,
         mask_probability=v.mask_probability, seed=cfg.train.seed, min_frames=v.min_frames,
+    )
+
+
+def build_mdm_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, needs_ref: bool):
+    """The run's :class:`~grpokit.policies.masked_diffusion.MaskedDiffusionPolicy` (sampler and likelihood from ``diffusion``)."""
+    from grpokit.diffusion.sampler import SamplerOptions
+    from grpokit.policies.masked_diffusion import MaskedDiffusionPolicy
+
+    d = cfg.diffusion
+    options = SamplerOptions(steps=d.steps, block_length=d.block_length, temperature=cfg.rollout.temperature, remasking=d.remasking)
+    return MaskedDiffusionPolicy(
+        model, tokenizer, options, likelihood=d.likelihood, likelihood_options=d.likelihood_options,
+        reference=reference_model(model, cfg, needs_ref), use_reference=needs_ref, seed=cfg.train.seed,
+        temperature=cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0,
     )
 
 
