@@ -135,14 +135,14 @@ def _noise(pixels: np.ndarray, std: float, seed: int) -> float:
 
 @REWARDS.register("tiny_score")
 def tiny_score(prompts: list, completions: list, colour: Sequence[str] = (), offset: float = 0.5, scale: float = 0.01,
-               noise: float = 0.0, seed: int = 0, **_: Any) -> list[float]:
+               noise: float = 0.0, noise_seed: int = 0, **_: Any) -> list[float]:
     """``offset + scale · colour_fraction + noise``: a pointwise score whose differences within a group are tiny."""
-    return [offset + scale * fraction_of(p := _pixels(c, "tiny_score"), col) + _noise(p, noise, seed)
+    return [offset + scale * fraction_of(p := _pixels(c, "tiny_score"), col) + _noise(p, noise, noise_seed)
             for c, col in zip(completions, colour)]
 
 
 def image_judge(prompt: str, a: Any, b: Any, colour: Optional[str] = None, tie_margin: float = 0.05, noise: float = 0.0,
-                seed: int = 0) -> float:
+                noise_seed: int = 0) -> float:
     """P(a ≻ b) of a procedural pairwise judge: 1 / 0 when a's hidden score beats / trails b's by more than ``tie_margin``, else 0.5.
 
     Hidden score: ``colour_fraction`` of the row's ``colour`` plus the same seeded per-image noise
@@ -152,8 +152,8 @@ def image_judge(prompt: str, a: Any, b: Any, colour: Optional[str] = None, tie_m
     if colour is None:
         raise ValueError("image_judge needs the row's 'colour' column (task flow_images)")
     pa, pb = _pixels(a, "image_judge"), _pixels(b, "image_judge")
-    sa = fraction_of(pa, colour) + _noise(pa, noise, seed)
-    sb = fraction_of(pb, colour) + _noise(pb, noise, seed)
+    sa = fraction_of(pa, colour) + _noise(pa, noise, noise_seed)
+    sb = fraction_of(pb, colour) + _noise(pb, noise, noise_seed)
     if sa - sb > tie_margin:
         return 1.0
     if sb - sa > tie_margin:
