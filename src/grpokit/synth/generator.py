@@ -65,7 +65,7 @@ class SynthConfig:
     max_new_tokens: int = 160  # writer: tokens per rewrite
     temperature: float = 0.7  # writer: sampling temperature (0 = greedy)
     max_attempts: int = 0  # items tried at most (0 = 10 * n)
-    progress: bool = True  # tqdm progress bar
+    progress: bool = True  # a rich progress bar
 
     def identity(self) -> dict:
         """The settings a resumed run must share with the run it continues (all but n, max_attempts, progress)."""
@@ -191,9 +191,9 @@ class Generator:
         _write_atomic(manifest_path, json.dumps(self._manifest(records, rejected, "running"), indent=2, sort_keys=True) + "\n")
         tried = {r["metadata"]["item"] for r in records} | {r["item"] for r in rejected}
         limit = cfg.max_attempts or 10 * cfg.n
-        from tqdm import tqdm
+        from grpokit.trainer.progress import ItemProgress
 
-        bar = tqdm(total=cfg.n, initial=min(len(records), cfg.n), desc=f"synth {cfg.paradigm}", unit="item", disable=not cfg.progress)
+        bar = ItemProgress(cfg.n, f"synth {cfg.paradigm}", initial=min(len(records), cfg.n), enabled=cfg.progress)
         index = 0
         with records_path.open("a", encoding="utf-8") as rec_f, rejected_path.open("a", encoding="utf-8") as rej_f:
             while len(records) < cfg.n and index < limit:
@@ -206,7 +206,7 @@ class Generator:
                     else:
                         rejected.append({"item": index, "reason": reason})
                         _append(rej_f, rejected[-1])
-                        bar.set_postfix(rejected=len(rejected))
+                        bar.note(f"rejected {len(rejected)}")
                 index += 1
         bar.close()
         records.sort(key=lambda r: r["metadata"]["item"])

@@ -37,3 +37,25 @@ class StepProgress:
             stats += f" kl {m['kl']:.4f}"
         stats += f" {m.get('time/step_s', 0):.1f}s/step"
         self.progress.update(self.task, completed=step, stats=stats)
+
+
+class ItemProgress:
+    """A rich bar for a count of items (synth records, edits): ``update(n)``, ``note(text)``, ``close()``.
+
+    A no-op when disabled; the library's one progress style (STYLE: rich for progress).
+    """
+
+    def __init__(self, total: int, desc: str, *, initial: int = 0, enabled: bool = True) -> None:
+        self.progress = Progress(TextColumn(f"[bold]{desc}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
+                                 TimeElapsedColumn(), TimeRemainingColumn(), disable=not enabled)
+        self.task = self.progress.add_task(desc, total=total, completed=initial, note="")
+        self.progress.start()
+
+    def update(self, n: int = 1) -> None:
+        self.progress.advance(self.task, n)
+
+    def note(self, text: str) -> None:
+        self.progress.update(self.task, note=text)
+
+    def close(self) -> None:
+        self.progress.stop()
