@@ -7,7 +7,10 @@
    differences), group-normalised, and (b) the ``win_rate`` of the pairwise ``image_judge`` on the
    same hidden score with a tie margin. Per run: mean |advantage|, the fraction of steps whose
    mean advantage magnitude exceeds 0.5, the training colour fraction's step-to-step spread and
-   the held-out colour fraction after.
+   the held-out colour fraction after. Before training, a probe batch of the initial policy is
+   rewarded both ways: the advantage gap |A_i − A_j| of pairs whose colour fractions differ by
+   less than 0.02 (images a judge calls equal) shows how much group normalisation amplifies
+   differences that are noise.
 
     flock /tmp/grpokit-heavy.lock .venv/bin/python benchmarks/flow_image.py --minutes 8 --pref-steps 40 > /tmp/flow.log 2>&1
     .venv/bin/python benchmarks/flow_image.py --dry-run      # same path, a random tiny model, seconds
@@ -56,6 +59,35 @@ def run(preset: str, out: Path, overrides: list[str]) -> dict:
     return {"before": before, "after": after, "minutes": result["train_minutes"], "wall_minutes": minutes, "steps": steps}
 
 
+def advantage_probe(policy, rows: list[dict], group: int = 8) -> dict:
+    """One batch of the policy, rewarded both ways: mean |A|, and the advantage gap |A_i − A_j| of near-equal pairs (|Δ colour fraction| < 0.02).
+
+    A = (r − group mean) / (unbiased std + 1e-8), the authors' normalisation, for r = tiny_score
+    (pointwise) and r = the image judge's win rate (tie margin 0.05), on the same images.
+    """
+    from grpokit.diffusion.flow.rewards import colour_fraction, tiny_score
+    from grpokit.rewards import resolve_reward
+
+    batch = policy.sample([r["prompt"] for r in rows], rows, group, SamplingParams())
+    colours = [r["colour"] for r in batch.rows]
+    gids = batch.group_ids.tolist()
+    cf = torch.tensor(colour_fraction(batch.prompts, batch.completions, colour=colours)).view(-1, group)
+    point = torch.tensor(tiny_score(batch.prompts, batch.completions, colour=colours, scale=0.01, noise=0.002)).view(-1, group)
+    win = torch.tensor(resolve_reward("win_rate")(batch.prompts, batch.completions, group_ids=gids, colour=colours, noise=0.002,
+                                                  prefer="grpokit.diffusion.flow.rewards:image_judge", tie_margin=0.05)).view(-1, group)
+    norm = lambda r: (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-8)  # noqa: E731
+    close = (cf[:, :, None] - cf[:, None, :]).abs() < 0.02  # [groups, G, G] pairs the judge sees as equal
+    close &= ~torch.eye(group, dtype=torch.bool)[None]
+    out = {"tied_pairs": float(close.float().sum() / (cf.shape[0] * group * (group - 1)))}
+    for name, r in (("pointwise", point), ("win_rate", win)):
+        a = norm(r)
+        out[f"{name}_abs_adv"] = float(a.abs().mean())
+        gap = (a[:, :, None] - a[:, None, :]).abs()  # [groups, G, G] advantage gap of each pair
+        out[f"{name}_abs_adv_tied"] = float(gap[close].mean()) if bool(close.any()) else float("nan")
+    out["pointwise_score_range"] = float((point.max(1).values - point.min(1).values).mean())
+    return out
+
+
 def summary(steps: list[dict]) -> dict:
     adv = [s.get("adv/abs_mean", 0.0) for s in steps]
     train = [s.get("reward/colour_fraction/mean", float("nan")) for s in steps]
@@ -86,6 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     flow = run("flow_grpo", out / "flow_grpo", common + steps)
     print(f"| flow_grpo | held-out colour_fraction {flow['before']:.3f} -> {flow['after']:.3f} | {flow['minutes']:.1f} min, "
           f"{len(flow['steps'])} steps |")
+    from grpokit.diffusion.flow.procedural import flow_images
+    from grpokit.trainer.loop import Trainer
+
+    probe_cfg = load_config(preset="pref_grpo_image", overrides=[*common, f"logging.output_dir={out / 'probe'}"])
+    probe = advantage_probe(Trainer(probe_cfg).policy, flow_images(1, 0, 8 if a.dry_run else 48).heldout)
+    print(f"| probe (initial policy, same-noise groups of 8) | pointwise score range in a group {probe['pointwise_score_range']:.4f} | "
+          f"mean abs adv: pointwise {probe['pointwise_abs_adv']:.3f}, win rate {probe['win_rate_abs_adv']:.3f} | advantage gap of near-equal "
+          f"pairs ({probe['tied_pairs']:.2f} of pairs): pointwise {probe['pointwise_abs_adv_tied']:.3f}, win rate {probe['win_rate_abs_adv_tied']:.3f} |")
     rows = {"pointwise": [], "win_rate": []}
     for seed in range(a.seeds):
         fixed = common + [f"train.steps={a.pref_steps}", "train.max_minutes=0", f"train.seed={seed}"]
@@ -99,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {name} seed {seed} | mean abs adv {s['adv_abs_mean']:.3f} | steps with mean abs adv > 0.5: {s['big_adv_frac']:.2f} | "
                   f"train colour step-to-step change {s['train_jump_mean']:.3f} | held-out {s['before']:.3f} -> {s['after']:.3f} |")
     mean = lambda name, key: statistics.fmean(x[key] for x in rows[name])  # noqa: E731
-    print(f"flow_before={flow['before']:.3f} flow_after={flow['after']:.3f} flow_minutes={flow['minutes']:.1f} "
+    print(f"probe_pointwise_tied={probe['pointwise_abs_adv_tied']:.3f} probe_winrate_tied={probe['win_rate_abs_adv_tied']:.3f} "
+          f"flow_before={flow['before']:.3f} flow_after={flow['after']:.3f} flow_minutes={flow['minutes']:.1f} "
           f"pointwise_adv={mean('pointwise', 'adv_abs_mean'):.3f} winrate_adv={mean('win_rate', 'adv_abs_mean'):.3f} "
           f"pointwise_after={mean('pointwise', 'after'):.3f} winrate_after={mean('win_rate', 'after'):.3f} "
           f"pointwise_jump={mean('pointwise', 'train_jump_mean'):.3f} winrate_jump={mean('win_rate', 'train_jump_mean'):.3f}")
