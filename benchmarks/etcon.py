@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", default="4,5,6,7,8")
     p.add_argument("--paraphrases", type=int, default=2, help="paraphrases per edit (generalisation), 0-2")
     p.add_argument("--cot-tokens", type=int, default=96, help="greedy tokens of a cot-style answer")
+    p.add_argument("--direct-tokens", type=int, default=24, help="greedy tokens of a direct answer")
     p.add_argument("--grpo-steps", type=int, default=6)
     p.add_argument("--grpo-set", action="append", default=[], metavar="a.b=value", help="extra override of the GRPO stage")
     p.add_argument("--styles", default="direct,cot")
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(a.seed)
     model_name, layers = "smollm2-135m-instruct", [int(x) for x in a.layers.split(",")]
-    tokens = {**MAX_NEW_TOKENS, "cot": a.cot_tokens}
+    tokens = {**MAX_NEW_TOKENS, "direct": a.direct_tokens, "cot": a.cot_tokens}
     grpo = ["logging.progress=false", "logging.log_samples_every=0", "eval.before=false", "eval.after=false",
             f"train.steps={a.grpo_steps}", *a.grpo_set]
     if a.dry_run:

@@ -82,7 +82,7 @@ def test_tpsft_single_snapshot_caps_the_growth_of_each_edit():
     model, tok = tiny_model_and_tokenizer(layers=3, hidden=32)
     edits = make_facts(1, seed=0)
     prompt = [f"<|im_start|>user\n{edits[0].prompt}<|im_end|>\n<|im_start|>assistant\n"]
-    rows = apply_edits(model, tok, edits, prompt, EditConfig(method="tpsft", layers=[2], steps=40, lr=1e-2, epsilon=0.2), progress=False)
+    rows = apply_edits(model, tok, edits, prompt, EditConfig(method="tpsft", layers=[2], steps=40, lr=1e-2, epsilon=0.2, refresh_every=0), progress=False)
     # one snapshot: tokens stop receiving gradient past r = 1.2 (a step may overshoot once), so the
     # target's mean probability grows far less than SFT's with the same 40 steps
     assert rows[0]["p_after"] > rows[0]["p_before"]

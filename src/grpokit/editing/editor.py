@@ -10,7 +10,9 @@ object's tokens and that token only ([B, T] mask = 1 there).
 
 ``method="tpsft"``: :func:`grpokit.editing.tpsft.tpsft_token_loss` against pi_old, the target
 tokens' log-probs under a snapshot of the model taken at the start of the edit and refreshed
-every ``refresh_every`` updates (PSFT's iteration; 0 = one snapshot per edit), or under the
+every ``refresh_every`` updates (PSFT's iteration; default 2; 0 = one snapshot per edit, which
+caps each target token at about (1 + eps) times its pre-edit probability: too little to write a
+fictional fact whose object starts near p = 0.01), or under the
 pre-edit model throughout (``anchor="pre_edit"``, the stricter locality option). Only the
 target's log-probs of the snapshot are needed, so no weights are copied. ``method="sft"``: the
 token-mean NLL of the same tokens (the baseline that differs only by the trust region).
@@ -39,7 +41,7 @@ class EditConfig:
     steps: int = 10  # optimizer updates per edit
     lr: float = 5e-4  # Adam learning rate (a fresh optimizer per edit)
     epsilon: float = 0.2  # TPSFT trust region: r <= 1 + epsilon keeps its gradient [inferred, PSFT-style]
-    refresh_every: int = 0  # TPSFT: refresh pi_old every N updates of an edit (0 = one snapshot per edit)
+    refresh_every: int = 2  # TPSFT: refresh pi_old every N updates of an edit (0 = one snapshot per edit) [inferred]
     anchor: str = "snapshot"  # TPSFT pi_old: "snapshot" (per edit) or "pre_edit" (the unedited model)
     max_grad_norm: float = 1.0  # clip the window's gradient norm (0 = off)
 
