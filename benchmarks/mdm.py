@@ -34,8 +34,15 @@ def run_method(preset: str, model: str, out: Path, sets: list[str]) -> dict:
     cfg = load_config(preset=preset, overrides=[f"model.name={model}", f"logging.output_dir={out}", *sets])
     t0 = time.perf_counter()
     result = Trainer(cfg).train()
-    return {"before": result["before"]["accuracy"], "after": result["after"]["accuracy"], "steps": result["steps"],
+    after = result["after"]["accuracy"] if result["after"] else float("nan")
+    return {"before": result["before"]["accuracy"], "after": after, "steps": result["steps"],
             "train_minutes": result["train_minutes"], "wall_minutes": (time.perf_counter() - t0) / 60}
+
+
+def task_sets(task: str) -> list[str]:
+    """The task and its exact-match reward: countdown checks the expression, the digit tasks the answer string."""
+    reward = "countdown_equation" if task == "mdm_countdown" else "answer_word"
+    return [f"data.task={task}", f"rewards=[{{name: {reward}, weight: 1.0}}]"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,13 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--set", action="append", default=[], help="extra config overrides for every method")
     p.add_argument("--out", default=None)
+    p.add_argument("--probe", action="store_true", help="first print the starting model's held-out success on every task")
     p.add_argument("--dry-run", action="store_true")
     a = p.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="mdm-"))
-    sets = ["logging.progress=false", "logging.log_samples_every=0", f"data.task={a.task}", f"train.seed={a.seed}",
+    sets = ["logging.progress=false", "logging.log_samples_every=0", f"train.seed={a.seed}",
             f"train.max_minutes={a.minutes}", "logging.checkpoint_every=0", "model.threads=1", *a.set]
     model = a.model
     if a.dry_run:
@@ -64,10 +72,15 @@ def main(argv: list[str] | None = None) -> int:
         sets += ["data.n_train=8", "data.n_heldout=4", "rollout.prompts_per_step=2", "rollout.group_size=2", "train.steps=1",
                  "train.max_minutes=0", "train.micro_batch_size=4"]
     results = {}
+    if a.probe:  # base greedy success of the starting model on every task (which one leaves room to learn)
+        for task in ("mdm_reverse", "mdm_sort", "mdm_add", "mdm_countdown"):
+            probe = run_method("espo", model, out / f"probe_{task}", [*sets, *task_sets(task), "train.steps=1",
+                                                                    "eval.after=false", "optim.lr=1e-12"])
+            print(json.dumps({"probe": task, "before": probe["before"]}), flush=True)
     for method in a.methods.split(","):
         if method not in PRESETS:
             raise SystemExit(f"--methods: unknown method {method!r}; choose from {', '.join(PRESETS)}")
-        results[method] = run_method(PRESETS[method], model, out / method, sets)
+        results[method] = run_method(PRESETS[method], model, out / method, [*sets, *task_sets(a.task)])
         print(json.dumps({"method": method, **results[method]}), flush=True)
     (out / "mdm_results.json").write_text(json.dumps({"task": a.task, "seed": a.seed, **results}, indent=1))
     print(f"task={a.task} " + " ".join(f"{m}={r['before']:.3f},{r['after']:.3f},{r['steps']}" for m, r in results.items()))

@@ -44,6 +44,14 @@ def tiny_mdm_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def tiny_palette_dir(tmp_path_factory):
+    from grpokit.diffusion.model import save_mdm
+    from grpokit.diffusion.palette import PaletteTokenizer, build_palette_predictor
+
+    return save_mdm(build_palette_predictor(hidden=32, layers=1), PaletteTokenizer(), tmp_path_factory.mktemp("tiny_pal") / "m")
+
+
+@pytest.fixture(scope="module")
 def reward_model_dir(tmp_path_factory):
     """A small multi-label reward model for presets that score with `rm_score`."""
     from grpokit.rewards.reward_model import train_regression_rm
@@ -75,6 +83,8 @@ def test_preset_trains_tiny_model_3_steps(preset, tiny_dir, tmp_path, request):
 
     if is_mdm_model(str(read_preset(preset).get("model", {}).get("name", ""))):  # a random tiny masked-diffusion LM
         tiny_dir = request.getfixturevalue("tiny_mdm_dir")
+    if read_preset(preset).get("model", {}).get("name") == "tiny-palette-mdm":  # Co-GRPO: a random palette predictor
+        tiny_dir = request.getfixturevalue("tiny_palette_dir")
     overrides = TINY + [f"model.name={tiny_dir}", f"logging.output_dir={tmp_path}", "train.steps=3"]
     cfg = load_config(preset=preset, overrides=overrides)
     cfg.rollout.max_new_tokens = 8

@@ -127,6 +127,9 @@ class DiffusionConfig:
     steps: int = opt(0, "unmasking steps per canvas (0 = the canvas length)", ge=0)
     block_length: int = opt(0, "semi-autoregressive block length (0 = the whole canvas at once)", ge=0)
     remasking: str = opt("low_confidence", "which proposals a step commits: the most confident (low_confidence) or random ones", choices=["low_confidence", "random"])
+    schedule_knobs: list = opt(["remask_ratio", "temperature", "remask_temperature", "cfg"], "Co-GRPO (tiny-palette-mdm): the inference-schedule knobs the schedule policy learns; the others stay at MaskGIT's defaults")
+    schedule_std: float = opt(0.3, "Co-GRPO: exploration std of the schedule actions in unconstrained space (0 = a deterministic schedule: Mask-GRPO)", ge=0)
+    schedule_lr_scale: float = opt(1.0, "Co-GRPO: the schedule's step size relative to optim.lr (its own learning rate)", gt=0)
 
 
 @dataclass

@@ -315,5 +315,6 @@ from grpokit.vision import tasks as _vision_tasks  # noqa: E402,F401
 from grpokit.editing import task as _edit_task  # noqa: E402,F401
 # Registers the masked-diffusion LM's tasks (mdm_reverse, mdm_sort, mdm_add, mdm_countdown).
 from grpokit.diffusion import tasks as _mdm_tasks  # noqa: E402,F401
+from grpokit.diffusion import palette as _palette_task  # noqa: E402,F401  (palette_classes, Co-GRPO's image task)
 # Registers "flow_images" (class-conditional image prompts for the flow-matching policy, grpokit.diffusion.flow).
 from grpokit.diffusion.flow import procedural as _flow_tasks  # noqa: E402,F401

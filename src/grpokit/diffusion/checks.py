@@ -43,8 +43,15 @@ def resolve(name: str) -> Path:
     return folder
 
 
+def palette_run(cfg: Config) -> bool:
+    from grpokit.diffusion.cogrpo_policy import is_palette_model
+
+    return is_palette_model(cfg.model.name)
+
+
 def mdm_run(cfg: Config) -> bool:
-    return is_mdm_model(cfg.model.name)
+    """A masked-diffusion run: the text MDM (``tiny-mdm`` or its folders) or Co-GRPO's image-token model."""
+    return is_mdm_model(cfg.model.name) or palette_run(cfg)
 
 
 def _unsupported(cfg: Config) -> list[tuple[bool, str, str]]:
@@ -67,7 +74,7 @@ def _unsupported(cfg: Config) -> list[tuple[bool, str, str]]:
         (surrogate and cfg.algorithm.correction not in ("auto", "none"), f"algorithm.correction={cfg.algorithm.correction}",
          f"diffusion.likelihood '{cfg.diffusion.likelihood}' is a surrogate with no behaviour log-probs to correct against: "
          "set algorithm.correction=auto"),
-        (cfg.eval.max_new_tokens != cfg.rollout.max_new_tokens, "eval.max_new_tokens",
+        (cfg.eval.max_new_tokens != cfg.rollout.max_new_tokens and not palette_run(cfg), "eval.max_new_tokens",
          f"the canvas length is fixed: set eval.max_new_tokens={cfg.rollout.max_new_tokens} (rollout.max_new_tokens)"),
     ]
 
@@ -88,6 +95,20 @@ def mdm_problem(cfg: Config) -> Optional[str]:
     from grpokit.diffusion.sampler import SamplerOptions
 
     d = cfg.diffusion
+    if palette_run(cfg):
+        from grpokit.diffusion.cogrpo import KNOBS
+
+        bad = sorted(set(d.schedule_knobs) - set(KNOBS))
+        if bad:
+            return f"diffusion.schedule_knobs {bad}: choose from {', '.join(KNOBS)}"
+        if d.steps > 32:
+            return f"diffusion.steps {d.steps}: Co-GRPO's 2K units must fit the 64 image tokens; use at most 32 steps"
+        if d.likelihood != "mask_grpo_step":
+            return (f"diffusion.likelihood '{d.likelihood}': the image-token model's units are Mask-GRPO step transitions "
+                    "(plus the schedule's actions); set diffusion.likelihood=mask_grpo_step")
+        if a.beta > 0 and a.kl == "seq_k2":
+            return "algorithm.kl 'seq_k2' needs sequence units; Co-GRPO's units are steps: use k3"
+        return None
     spec = LIKELIHOODS.spec(d.likelihood)
     try:
         LIKELIHOODS.check_options(d.likelihood, d.likelihood_options, "diffusion.likelihood_options")

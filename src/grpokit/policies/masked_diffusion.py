@@ -38,15 +38,18 @@ from grpokit.rollout.types import RolloutBatch, SamplingParams
 
 @dataclass
 class CanvasBatch(RolloutBatch):
-    """A RolloutBatch of canvases plus the sampler's record: commit_step [B, L], estimator_seeds [B] int64."""
+    """A RolloutBatch of canvases plus the sampler's record: commit_step [B, L], estimator_seeds [B] int64,
+    schedule_actions [B, K, A] (Co-GRPO's schedule actions, else None)."""
 
     commit_step: Optional[torch.Tensor] = None
     estimator_seeds: Optional[torch.Tensor] = None
+    schedule_actions: Optional[torch.Tensor] = None
 
     def select(self, index: torch.Tensor | slice) -> "CanvasBatch":
         base = RolloutBatch.select(self, index)
+        z = self.schedule_actions[index] if self.schedule_actions is not None else None
         return CanvasBatch(**{f.name: getattr(base, f.name) for f in dataclasses.fields(RolloutBatch)},
-                           commit_step=self.commit_step[index], estimator_seeds=self.estimator_seeds[index])
+                           commit_step=self.commit_step[index], estimator_seeds=self.estimator_seeds[index], schedule_actions=z)
 
 
 def _seed(*parts: Any) -> int:

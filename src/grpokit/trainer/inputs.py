@@ -54,7 +54,13 @@ def _capabilities(cfg: Config):
     from grpokit.diffusion.checks import mdm_run
 
     if mdm_run(cfg):
+        from grpokit.diffusion.checks import palette_run
         from grpokit.policies.masked_diffusion import MaskedDiffusionPolicy
+
+        if palette_run(cfg):
+            from grpokit.diffusion.cogrpo_policy import CoGRPOPolicy
+
+            return CoGRPOPolicy.capabilities_for()
 
         return MaskedDiffusionPolicy.capabilities_for(cfg.diffusion.likelihood)
     return CausalLMPolicy.capabilities_for(cfg.rollout.backend)

@@ -108,6 +108,13 @@ def load_policy(cfg: Config) -> tuple[torch.nn.Module, Any]:
     from grpokit.diffusion.checks import EMBEDDED_MDM, is_mdm_model
     from grpokit.vision.loading import EMBEDDED_VISION, is_vision_model
 
+    from grpokit.diffusion.cogrpo_policy import EMBEDDED_PALETTE, is_palette_model
+
+    if is_palette_model(name):
+        from grpokit.diffusion.cogrpo_policy import load_cogrpo
+
+        d = cfg.diffusion
+        return load_cogrpo(name, d.steps or 8, tuple(d.schedule_knobs), d.schedule_std, d.schedule_lr_scale, device=check_device(cfg))
     if is_mdm_model(name):
         from grpokit.diffusion.checks import resolve as resolve_mdm
         from grpokit.diffusion.model import load_mdm
@@ -119,7 +126,7 @@ def load_policy(cfg: Config) -> tuple[torch.nn.Module, Any]:
 
         model, tokenizer, _ = load_vision_model(name, dtype=cfg.model.dtype, device=check_device(cfg))
         return (apply_lora(model, cfg.model.lora) if cfg.model.lora.enabled else model), tokenizer
-    if name not in EMBEDDED_MODELS and name not in EMBEDDED_VISION and name not in EMBEDDED_MDM and not Path(name).expanduser().exists():
+    if name not in EMBEDDED_MODELS and name not in EMBEDDED_VISION and name not in EMBEDDED_MDM and name not in EMBEDDED_PALETTE and not Path(name).expanduser().exists():
         raise ValueError(f"model.name '{name}' does not exist: give an embedded model ({', '.join(sorted(EMBEDDED_MODELS))}), "
                          "a model folder, a .gguf file, or a grpokit run folder that an earlier `grpokit train` wrote")
     model, tokenizer = load_model(model_source(name), dtype=cfg.model.dtype, device=check_device(cfg))  # CUDA: SDPA / flash attention
@@ -195,6 +202,13 @@ def build_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, learners: 
 
     if isinstance(tokenizer, MDMTokenizer):
         return build_mdm_policy(cfg, model, tokenizer, needs_ref)
+    from grpokit.diffusion.palette import PaletteTokenizer
+
+    if isinstance(tokenizer, PaletteTokenizer):  # Co-GRPO: the image-token model with its schedule policy
+        from grpokit.diffusion.cogrpo_policy import CoGRPOPolicy
+
+        return CoGRPOPolicy(model, tokenizer, reference=reference_model(model, cfg, needs_ref), seed=cfg.train.seed,
+                            use_reference=needs_ref)
     if learners.is_main:
         backend = make_backend(cfg.rollout, model, tokenizer, seed=cfg.train.seed)
         if cfg.environment.name:  # multi-turn: every "completion" is an environment episode
