@@ -154,6 +154,17 @@ def _load_for_eval(source: str, dtype: str):
     return load_model(source, dtype=dtype)
 
 
+# Policy families: which model.name selects each, and its module (docs/policies.md).
+POLICY_FAMILIES = {
+    "causal_lm": ("grpokit.policies.causal_lm", "text causal LM, units = tokens: the embedded SmolLM2, a model folder or .gguf"),
+    "vision_lm": ("grpokit.policies.vision_lm", "Qwen2-VL, units = tokens conditioned on images / video: tiny-qwen2vl or a Qwen2-VL folder"),
+    "masked_diffusion": ("grpokit.policies.masked_diffusion", "masked-diffusion LM (LLaDA sampler), units by diffusion.likelihood: "
+                         "stand_in tokens (d1), espo_elbo sequence (ESPO), mask_grpo_step steps: tiny-mdm or an MDM folder"),
+    "masked_diffusion_image": ("grpokit.diffusion.cogrpo_policy", "Co-GRPO: 8x8 palette image tokens + a learned inference "
+                               "schedule, units = MaskGIT steps and schedule actions: tiny-palette-mdm"),
+}
+
+
 def cmd_list(args) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -172,6 +183,8 @@ def cmd_list(args) -> int:
             table.add_row(axis, name, reg.summary(name))
     for name in preset_names():
         table.add_row("preset", name, str(read_preset(name).get("description", "")))
+    for family, (module, what) in POLICY_FAMILIES.items():  # chosen by model.name (see docs/policies.md)
+        table.add_row("policy", family, f"{what} ({module})")
     Console().print(table)
     return 0
 

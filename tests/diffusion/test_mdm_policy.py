@@ -109,3 +109,15 @@ def test_a_run_folder_loads_back_as_a_masked_diffusion_policy(tmp_path, mdm_dir)
     again = trainer(tmp_path / "b", run, "mask_grpo")
     for a, b in zip(tr.model.state_dict().values(), again.model.state_dict().values()):
         assert torch.equal(a, b)
+
+
+def test_grpokit_list_shows_the_policy_families(capsys):
+    import importlib
+
+    from grpokit.cli import POLICY_FAMILIES, main
+
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "policy" in out and "masked_diffusion" in out.replace("\n", "")
+    for module, _ in POLICY_FAMILIES.values():
+        importlib.import_module(module)

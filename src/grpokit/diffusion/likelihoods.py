@@ -96,7 +96,10 @@ def masked_prompts(inp: CanvasInputs, prob: float, mask_id: int) -> torch.Tensor
 @LIKELIHOODS.register("stand_in", unit_kind="token", surrogate=True, units_share_one_forward=True)
 def stand_in_logp(logits_fn: LogitsFn, inp: CanvasInputs, *, mask_id: int, eos_id: int, temperature: float = 1.0,
                   prompt_mask_prob: float = 0.15) -> tuple[torch.Tensor, torch.Tensor]:
-    """d1's one-step stand-in: (``logp [b, L]`` = log p(y_j | masked prompt, fully masked canvas), unit mask ``[b, L]``)."""
+    """d1's one-step stand-in: log p(y_j | prompt masked at random, canvas fully masked) per token, through the first EOS.
+
+    Returns (``logp [b, L]``, unit mask ``[b, L]``).
+    """
     prompts = masked_prompts(inp, prompt_mask_prob, mask_id) if prompt_mask_prob > 0 else inp.prompt_ids
     logits = _forward(logits_fn, prompts, inp.prompt_mask, torch.full_like(inp.canvas, mask_id))
     mask = through_first_eos(inp.canvas, eos_id)
@@ -138,7 +141,10 @@ def coupled_elbo_terms(logp_masked: torch.Tensor, logp_complement: Optional[torc
 @LIKELIHOODS.register("espo_elbo", unit_kind="sequence", surrogate=True, units_share_one_forward=True)
 def espo_elbo_logp(logits_fn: LogitsFn, inp: CanvasInputs, *, mask_id: int, eos_id: int, temperature: float = 1.0,
                    num_mc: int = 1, coupled: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """ESPO's coupled ELBO split over positions: (``logp [b, L]``, sum_k = the ELBO; unit mask all 1 ``[b, L]``)."""
+    """ESPO's coupled Monte-Carlo ELBO of the canvas, split over its L positions (a row's sum is the ELBO).
+
+    Returns (``logp [b, L]``, unit mask ``[b, L]`` all 1).
+    """
     b, length = inp.canvas.shape
     masks = torch.stack([elbo_masks(s, length, num_mc, inp.canvas.device)[0] for s in inp.seeds.tolist()])  # [b, M, L]
     masks = masks.reshape(b * num_mc, length)
@@ -163,7 +169,10 @@ def step_canvases(canvas: torch.Tensor, commit_step: torch.Tensor, steps: int, m
 @LIKELIHOODS.register("mask_grpo_step", unit_kind="unmask_step", surrogate=False, units_share_one_forward=False)
 def mask_grpo_step_logp(logits_fn: LogitsFn, inp: CanvasInputs, *, mask_id: int, eos_id: int,
                         temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mask-GRPO candidate 2: (``logp [b, L]``, column k < K = sum over step k's committed positions; unit mask 1 on k < K)."""
+    """Mask-GRPO candidate 2: per unmasking step, the sum of log p over the positions that step committed.
+
+    Returns (``logp [b, L]``: column k < K is step k; unit mask ``[b, L]`` 1 on the K step columns).
+    """
     b, length = inp.canvas.shape
     if inp.steps > length:
         raise ValueError(f"mask_grpo_step: {inp.steps} steps do not fit the canvas of {length} units")
