@@ -9,7 +9,9 @@ noisy-prior data, right about half the time) and trains with its preset (``espo`
 ``diffu_grpo``, ``mask_grpo``) on ``--task`` for ``--minutes`` of training wall clock, fixed seeds,
 one torch thread. Held-out success = greedy exact match (``answer_word``) on the task's 256
 held-out prompts, which the pretraining never saw, before and after. The last stdout line is
-``task=<task> <method>=<before>,<after>,<steps> ...``.
+``task=<task> <method>=<before>,<after>,<steps> ...``; with ``--cogrpo-minutes`` also Co-GRPO on
+the palette images (``co_grpo`` preset): held-out mean pixel reward of 8 sampled images per prompt
+and the schedule's mean temperature, before and after.
 """
 
 from __future__ import annotations
@@ -39,6 +41,39 @@ def run_method(preset: str, model: str, out: Path, sets: list[str]) -> dict:
             "train_minutes": result["train_minutes"], "wall_minutes": (time.perf_counter() - t0) / 60}
 
 
+def cogrpo(model: str, out: Path, sets: list[str], minutes: float, samples: int = 8) -> dict:
+    """Co-GRPO on the palette images: held-out sampled reward and the schedule's mean knob values, before and after."""
+    import torch
+
+    from grpokit.config import load_config
+    from grpokit.diffusion.cogrpo import Schedule
+    from grpokit.diffusion.palette import palette_exact, palette_match
+    from grpokit.rollout.types import SamplingParams
+    from grpokit.trainer.loop import Trainer
+
+    cfg = load_config(preset="co_grpo", overrides=[f"model.name={model}", f"logging.output_dir={out}", *sets,
+                                                   f"train.max_minutes={minutes}"])
+    trainer = Trainer(cfg)
+    rows = trainer.splits.heldout
+
+    def measure() -> dict:
+        torch.manual_seed(1234)  # the same evaluation draws before and after
+        trainer.policy.calls, trainer.policy.step = 10**6, -1
+        batch = trainer.policy.sample([r["prompt"] for r in rows], rows, samples, SamplingParams(temperature=1.0))
+        labels = [r["label"] for r in batch.rows]
+        values = Schedule.values(trainer.model.schedule.mean().detach())
+        return {"reward": sum(palette_match([], batch.completions, labels)) / len(batch),
+                "exact": sum(palette_exact([], batch.completions, labels)) / len(batch),
+                **{k: [round(float(x), 4) for x in v] for k, v in values.items()}}
+
+    before = measure()
+    t0 = time.perf_counter()
+    result = trainer.train()
+    after = measure()
+    return {"before": before, "after": after, "steps": result["steps"], "greedy_exact_before": result["before"]["accuracy"],
+            "greedy_exact_after": result["after"]["accuracy"], "wall_minutes": (time.perf_counter() - t0) / 60}
+
+
 def task_sets(task: str) -> list[str]:
     """The task and its exact-match reward: countdown checks the expression, the digit tasks the answer string."""
     reward = "countdown_equation" if task == "mdm_countdown" else "answer_word"
@@ -54,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--set", action="append", default=[], help="extra config overrides for every method")
     p.add_argument("--out", default=None)
+    p.add_argument("--cogrpo-minutes", type=float, default=0.0, help="then Co-GRPO on tiny-palette-mdm for this many minutes (0 = skip)")
     p.add_argument("--probe", action="store_true", help="first print the starting model's held-out success on every task")
     p.add_argument("--dry-run", action="store_true")
     a = p.parse_args(argv)
@@ -82,8 +118,27 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--methods: unknown method {method!r}; choose from {', '.join(PRESETS)}")
         results[method] = run_method(PRESETS[method], model, out / method, [*sets, *task_sets(a.task)])
         print(json.dumps({"method": method, **results[method]}), flush=True)
+    if a.cogrpo_minutes > 0:
+        palette = "tiny-palette-mdm"
+        psets = sets[:2] + ["logging.checkpoint_every=0", f"train.seed={a.seed}"]
+        if a.dry_run:
+            from grpokit.diffusion.model import save_mdm
+            from grpokit.diffusion.palette import PaletteTokenizer, build_palette_predictor
+
+            palette = str(save_mdm(build_palette_predictor(hidden=16, layers=1), PaletteTokenizer(), out / "tiny_palette"))
+            psets += ["data.n_train=8", "data.n_heldout=4", "rollout.prompts_per_step=2", "rollout.group_size=2",
+                      "train.steps=1", "train.micro_batch_size=4"]
+        results["co_grpo"] = cogrpo(palette, out / "co_grpo", psets, 0 if a.dry_run else a.cogrpo_minutes)
+        print(json.dumps({"method": "co_grpo", **results["co_grpo"]}), flush=True)
     (out / "mdm_results.json").write_text(json.dumps({"task": a.task, "seed": a.seed, **results}, indent=1))
-    print(f"task={a.task} " + " ".join(f"{m}={r['before']:.3f},{r['after']:.3f},{r['steps']}" for m, r in results.items()))
+    text = {m: r for m, r in results.items() if m != "co_grpo"}
+    line = f"task={a.task} " + " ".join(f"{m}={r['before']:.3f},{r['after']:.3f},{r['steps']}" for m, r in text.items())
+    if "co_grpo" in results:
+        c = results["co_grpo"]
+        line += (f" co_grpo_reward={c['before']['reward']:.3f},{c['after']['reward']:.3f},{c['steps']}"
+                 f" co_grpo_temperature={sum(c['before']['temperature']) / len(c['before']['temperature']):.3f},"
+                 f"{sum(c['after']['temperature']) / len(c['after']['temperature']):.3f}")
+    print(line)
     return 0
 
 
