@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpokit.data.demonstrations import DEMONSTRATIONS
-from grpokit.rewards.sql import _tokens, has_top_level_order_by, results_match, run_sql_readonly
+from grpokit.rewards.sql import _tokens, extract_sql, has_top_level_order_by, results_match, run_sql_readonly
 
 _CLAUSES = {  # keyword sequence at depth 0 -> clause name
     ("SELECT",): "select", ("FROM",): "from", ("INNER", "JOIN"): "join", ("JOIN",): "join",
@@ -255,7 +255,7 @@ def sql_cot(row: dict) -> str:
         gold_rows, error = run_sql_readonly(row["db_path"], gold)
         if error is not None:
             raise ValueError(f"its gold SQL fails on {row['db_path']}: {error}")
-        rendered = trace.rsplit("```sql\n", 1)[1][: -len("\n```")]
+        rendered = extract_sql(trace)  # what sql_execution will read from the completion
         rows, error = run_sql_readonly(row["db_path"], rendered)
         if error is not None or not results_match(rows, gold_rows, has_top_level_order_by(gold)):
             raise ValueError(f"the trace's query {rendered[:60]!r} does not return the gold rows ({error or 'other rows'})")
