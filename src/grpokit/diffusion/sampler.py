@@ -15,8 +15,8 @@ them (:func:`transfer_schedule`). Each step:
 4. commit the n_k most confident masked positions; every other position stays [MASK]
    ("remasking").
 
-The sampler records what step-level likelihoods need (Mask-GRPO, "Reinforcing Diffusion Models
-via Token-level ... Mask-GRPO", arXiv 2510.13418; authors' ``modeling_showo.py``): the step at
+The sampler records what step-level likelihoods need (Mask-GRPO, arXiv 2510.13418; the authors'
+``xingzhejun/Mask-GRPO``, ``modeling_showo.py``): the step at
 which each position was committed (the canvas before step k is the final canvas with the
 positions committed at steps >= k masked again, since a committed token never changes) and, per
 step, the sum over the committed positions of log softmax(logits / tau) of the committed token
