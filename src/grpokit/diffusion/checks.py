@@ -74,8 +74,6 @@ def _unsupported(cfg: Config) -> list[tuple[bool, str, str]]:
         (surrogate and cfg.algorithm.correction not in ("auto", "none"), f"algorithm.correction={cfg.algorithm.correction}",
          f"diffusion.likelihood '{cfg.diffusion.likelihood}' is a surrogate with no behaviour log-probs to correct against: "
          "set algorithm.correction=auto"),
-        (cfg.eval.max_new_tokens != cfg.rollout.max_new_tokens and not palette_run(cfg), "eval.max_new_tokens",
-         f"the canvas length is fixed: set eval.max_new_tokens={cfg.rollout.max_new_tokens} (rollout.max_new_tokens)"),
     ]
 
 
@@ -112,7 +110,11 @@ def mdm_problem(cfg: Config) -> Optional[str]:
     spec = LIKELIHOODS.spec(d.likelihood)
     try:
         LIKELIHOODS.check_options(d.likelihood, d.likelihood_options, "diffusion.likelihood_options")
-        SamplerOptions(d.steps, d.block_length, cfg.rollout.temperature, d.remasking).resolved(cfg.rollout.max_new_tokens)
+        for length, where in ((cfg.rollout.max_new_tokens, "rollout"), (cfg.eval.max_new_tokens, "eval")):
+            try:  # the canvas of rollouts and of held-out evaluation: both must fit the step / block settings
+                SamplerOptions(d.steps, d.block_length, cfg.rollout.temperature, d.remasking).resolved(length)
+            except ValueError as exc:
+                raise ValueError(f"{exc} ({where}.max_new_tokens = {length})") from None
     except ValueError as exc:
         return str(exc)
     kind = spec.unit_kind

@@ -52,7 +52,7 @@ class SamplerOptions:
         if self.remasking not in REMASKING:
             raise ValueError(f"diffusion.remasking {self.remasking!r}: choose one of {', '.join(REMASKING)}")
         if length % block:
-            raise ValueError(f"diffusion.block_length {block} must divide the canvas length {length} (rollout.max_new_tokens)")
+            raise ValueError(f"diffusion.block_length {block} must divide the canvas length {length}")
         blocks = length // block
         if steps % blocks or steps > length:
             raise ValueError(f"diffusion.steps {steps} must be a multiple of the number of blocks ({blocks}) and at most "
