@@ -1,7 +1,8 @@
 """A tiny Qwen2-VL built from a config, with its own word-level tokenizer and a Qwen-style chat template.
 
 No vision-language model ships offline, so grpokit builds one: ``Qwen2VLForConditionalGeneration``
-(text: hidden 64, 2 layers, 4 heads / 2 KV heads; vision: depth 2, embed 32, patch 14, merge 2),
+(text: hidden 64 by default for tests, 128 for the embedded model; 2 layers, 4 heads / 2 KV heads;
+vision: depth 2, embed 32 by default, 64 for the embedded model; patch 14, merge 2),
 a ``tokenizers`` WordLevel vocabulary of the procedural tasks' words plus Qwen2-VL's chat and
 vision special tokens, a ``Qwen2VLImageProcessorPil`` (no torchvision needed; ``grpokit.vision.processor`` does the rest) and a chat template
 that renders image and video content parts as ``<|vision_start|><|image_pad|><|vision_end|>``
