@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 PRESETS = {"espo": "espo", "stand_in": "diffu_grpo", "mask_grpo": "mask_grpo"}
+TASKS = ("mdm_sort", "mdm_reverse", "mdm_add", "mdm_countdown")
 
 
 def run_method(preset: str, model: str, out: Path, sets: list[str]) -> dict:
@@ -82,7 +83,8 @@ def task_sets(task: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--task", default="mdm_sort", help="mdm_reverse, mdm_sort, mdm_add or mdm_countdown")
+    p.add_argument("--task", default="mdm_sort", help="mdm_reverse, mdm_sort, mdm_add, mdm_countdown, or auto: the one "
+                   "whose starting held-out success is nearest 50% (probed first)")
     p.add_argument("--methods", default="espo,stand_in", help=f"comma-separated, of {', '.join(PRESETS)}")
     p.add_argument("--minutes", type=float, default=8.0, help="training wall clock per method")
     p.add_argument("--model", default="tiny-mdm")
@@ -108,11 +110,17 @@ def main(argv: list[str] | None = None) -> int:
         sets += ["data.n_train=8", "data.n_heldout=4", "rollout.prompts_per_step=2", "rollout.group_size=2", "train.steps=1",
                  "train.max_minutes=0", "train.micro_batch_size=4"]
     results = {}
-    if a.probe:  # base greedy success of the starting model on every task (which one leaves room to learn)
-        for task in ("mdm_reverse", "mdm_sort", "mdm_add", "mdm_countdown"):
+    if a.probe or a.task == "auto":  # base greedy success of the starting model on every task (which one leaves room to learn)
+        base = {}
+        for task in TASKS:
             probe = run_method("espo", model, out / f"probe_{task}", [*sets, *task_sets(task), "train.steps=1",
                                                                     "eval.after=false", "optim.lr=1e-12"])
+            base[task] = probe["before"]
             print(json.dumps({"probe": task, "before": probe["before"]}), flush=True)
+        results["probe"] = base
+        if a.task == "auto":  # the task whose starting success is nearest one half (ties: the first listed)
+            a.task = min(TASKS, key=lambda t: abs(base[t] - 0.5))
+            print(json.dumps({"chosen_task": a.task}), flush=True)
     for method in a.methods.split(","):
         if method not in PRESETS:
             raise SystemExit(f"--methods: unknown method {method!r}; choose from {', '.join(PRESETS)}")
@@ -131,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         results["co_grpo"] = cogrpo(palette, out / "co_grpo", psets, 0 if a.dry_run else a.cogrpo_minutes)
         print(json.dumps({"method": "co_grpo", **results["co_grpo"]}), flush=True)
     (out / "mdm_results.json").write_text(json.dumps({"task": a.task, "seed": a.seed, **results}, indent=1))
-    text = {m: r for m, r in results.items() if m != "co_grpo"}
+    text = {m: r for m, r in results.items() if m in PRESETS}
     line = f"task={a.task} " + " ".join(f"{m}={r['before']:.3f},{r['after']:.3f},{r['steps']}" for m, r in text.items())
     if "co_grpo" in results:
         c = results["co_grpo"]
