@@ -27,6 +27,7 @@ import torch
 
 from grpokit.editing.facts import Edit
 from grpokit.editing.tpsft import tpsft_metrics, tpsft_token_loss
+from grpokit.trainer.progress import ItemProgress
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ def apply_edits(model: torch.nn.Module, tokenizer, edits: list[Edit], prompts: l
     was_training = model.training
     model.eval()  # no dropout: the snapshot's and the policy's log-probs must agree at theta = theta_old
     rows = []
-    bar = _progress(len(edits), progress)
+    bar = ItemProgress(len(edits), "edits", enabled=progress)
     try:
         for k, (ids, mask) in enumerate(encoded):
             rows.append(_edit_one(model, params, ids, mask, cfg, None if pre_edit is None else pre_edit[k]))
@@ -156,19 +157,3 @@ def _edit_one(model, params, ids, mask, cfg: EditConfig, anchor_logp) -> dict[st
         stats = tpsft_metrics(end, old, mask, cfg.epsilon)
     return {"loss": float(loss.detach()), "ratio": float(stats["ratio"]), "clipped": float(stats["clipped"]),
             "p_before": float(torch.exp(start.sum() / n)), "p_after": float(torch.exp(end.sum() / n))}
-
-
-class _NoBar:
-    def update(self, n: int) -> None: ...
-
-    def close(self) -> None: ...
-
-
-def _progress(total: int, enabled: bool):
-    if not enabled:
-        return _NoBar()
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return _NoBar()
-    return tqdm(total=total, desc="edits", unit="edit")
