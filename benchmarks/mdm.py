@@ -89,9 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=8.0, help="training wall clock per method")
     p.add_argument("--model", default="tiny-mdm")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--set", action="append", default=[], help="extra config overrides for every method")
+    p.add_argument("--set", action="append", default=[], help="extra config overrides of the text methods")
     p.add_argument("--out", default=None)
     p.add_argument("--cogrpo-minutes", type=float, default=0.0, help="then Co-GRPO on tiny-palette-mdm for this many minutes (0 = skip)")
+    p.add_argument("--cogrpo-set", action="append", default=[], help="config overrides of the Co-GRPO run only")
     p.add_argument("--probe", action="store_true", help="first print the starting model's held-out success on every task")
     p.add_argument("--dry-run", action="store_true")
     a = p.parse_args(argv)
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"method": method, **results[method]}), flush=True)
     if a.cogrpo_minutes > 0:
         palette = "tiny-palette-mdm"
-        psets = sets[:2] + ["logging.checkpoint_every=0", f"train.seed={a.seed}"]
+        psets = sets[:2] + ["logging.checkpoint_every=0", f"train.seed={a.seed}", *a.cogrpo_set]
         if a.dry_run:
             from grpokit.diffusion.model import save_mdm
             from grpokit.diffusion.palette import PaletteTokenizer, build_palette_predictor
