@@ -155,6 +155,7 @@ def test_sequence_log_ratios_sum_only_completion_tokens():
 def test_every_offline_loss_declares_its_stage():
     assert {n: OFFLINE_LOSSES.spec(n).stage for n in OFFLINE_LOSSES.names()} == {
         "sft": "sft", "dpo": "dpo", "humanline_dpo": "dpo", "kto": "kto", "humanline_kto": "kto",
+        "tpsft": "sft",  # EtCon's edit stage (tests/editing)
     }
     assert [n for n in OFFLINE_LOSSES.names() if OFFLINE_LOSSES.spec(n).ref_sync_every] == ["humanline_dpo", "humanline_kto"]
     assert OFFLINE_LOSSES.option_names("dpo") == [] and OFFLINE_LOSSES.option_names("kto") == ["desirable_weight", "undesirable_weight"]

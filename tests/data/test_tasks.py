@@ -16,7 +16,27 @@ def _prompts(rows):
     return [row["prompt"] + visual_key(row) for row in rows]
 
 
-@pytest.mark.parametrize("name", TASKS.names())
+# Generators' tasks whose prompts are a few conditions by design (the sample is the image, drawn anew):
+# rows repeat their prompt; tests/diffusion checks them.
+CONDITION_TASKS = {"flow_images", "palette_classes"}
+# EtCon's held-out rows are the paraphrases of the train edits (generalisation), so they follow n_train; tests/editing.
+PARAPHRASE_TASKS = {"counterfactual_edits"}
+UNIQUE = [n for n in TASKS.names() if n not in CONDITION_TASKS | PARAPHRASE_TASKS]
+
+
+@pytest.mark.parametrize("name", sorted(CONDITION_TASKS | PARAPHRASE_TASKS))
+def test_condition_and_paraphrase_tasks_are_deterministic_and_seeded(name):
+    a = TASKS.get(name)(seed=3, n_train=40, n_heldout=10)
+    assert a == TASKS.get(name)(seed=3, n_train=40, n_heldout=10)
+    assert a != TASKS.get(name)(seed=4, n_train=40, n_heldout=10)
+    assert len(a.train) == 40 and len(a.heldout) == 10
+    for row in a.train + a.heldout:
+        assert isinstance(row["prompt"], str) and isinstance(row["answer"], str)
+    if name in PARAPHRASE_TASKS:  # a paraphrase is never the edit prompt itself
+        assert not set(_prompts(a.train)) & set(_prompts(a.heldout))
+
+
+@pytest.mark.parametrize("name", UNIQUE)
 def test_every_task_is_deterministic_and_disjoint(name):
     a = TASKS.get(name)(seed=3, n_train=40, n_heldout=10)
     b = TASKS.get(name)(seed=3, n_train=40, n_heldout=10)
@@ -38,10 +58,12 @@ def test_every_task_has_a_dedicated_test():
     # Adding a task without a hand test (here or in its own test file) makes this fail.
     assert set(TASKS.names()) == {"arithmetic", "countdown", "sorting", "text_to_sql",
                                   "guess_number", "tool_arithmetic", "text_navigation",  # these three: tests/envs
-                                  "vision_qa", "video_qa"}  # tests/vision
+                                  "vision_qa", "video_qa",  # tests/vision
+                                  "counterfactual_edits",  # tests/editing
+                                  "flow_images", "palette_classes", "mdm_add", "mdm_countdown", "mdm_reverse", "mdm_sort"}  # tests/diffusion
 
 
-@pytest.mark.parametrize("name", TASKS.names())
+@pytest.mark.parametrize("name", [n for n in TASKS.names() if n not in PARAPHRASE_TASKS])
 def test_heldout_does_not_depend_on_n_train(name):
     small = TASKS.get(name)(seed=0, n_train=5, n_heldout=8)
     large = TASKS.get(name)(seed=0, n_train=50, n_heldout=8)

@@ -36,6 +36,13 @@ def tiny_vlm_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def tiny_flow_dir(tmp_path_factory):
+    from grpokit.diffusion.flow.pretrain import build
+
+    return str(build(tmp_path_factory.mktemp("tiny_flow") / "m", steps=0, channels=(8, 16)))  # random weights
+
+
+@pytest.fixture(scope="module")
 def tiny_mdm_dir(tmp_path_factory):
     from grpokit.diffusion.model import MDMTokenizer, build_mdm, save_mdm
 
@@ -83,6 +90,10 @@ def test_preset_trains_tiny_model_3_steps(preset, tiny_dir, tmp_path, request):
 
     if is_mdm_model(str(read_preset(preset).get("model", {}).get("name", ""))):  # a random tiny masked-diffusion LM
         tiny_dir = request.getfixturevalue("tiny_mdm_dir")
+    from grpokit.diffusion.flow.loading import is_flow_model
+
+    if is_flow_model(str(read_preset(preset).get("model", {}).get("name", ""))):  # images from noise: a random tiny UNet
+        tiny_dir = request.getfixturevalue("tiny_flow_dir")
     if read_preset(preset).get("model", {}).get("name") == "tiny-palette-mdm":  # Co-GRPO: a random palette predictor
         tiny_dir = request.getfixturevalue("tiny_palette_dir")
     overrides = TINY + [f"model.name={tiny_dir}", f"logging.output_dir={tmp_path}", "train.steps=3"]

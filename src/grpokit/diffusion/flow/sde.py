@@ -135,11 +135,14 @@ def trained_steps(num_steps: int, fraction: float, order: str, rows: int, genera
 
     ``first``: steps 0..U−1 in order for every row (Flow-GRPO: 9 of 10, the last step onto σ = 0
     never trained); ``random``: the first U of a fresh random permutation per row (DanceGRPO,
-    Pref-GRPO: 60%).
+    Pref-GRPO: 60%). Host-side (CPU, from the CPU ``generator``, so a seed draws the same steps on
+    every device); the caller moves them to the policy's device.
     """
     u = max(1, int(math.floor(fraction * num_steps + 1e-9)))
     if order == "first":
-        return torch.arange(u).expand(rows, u).clone()
+        return torch.arange(u, device="cpu").expand(rows, u).clone()
     if order == "random":
-        return torch.stack([torch.randperm(num_steps, generator=generator)[:u] for _ in range(rows)]) if rows else torch.zeros(0, u, dtype=torch.long)
+        if not rows:
+            return torch.zeros(0, u, dtype=torch.long, device="cpu")
+        return torch.stack([torch.randperm(num_steps, generator=generator, device="cpu")[:u] for _ in range(rows)])
     raise ValueError(f"flow.train_order must be 'first' or 'random', got {order!r}")
