@@ -15,15 +15,9 @@ SEQUENCE_KL = ("seq_k2", "none")
 
 def _folder(name: str) -> Optional[Path]:
     from grpokit.diffusion.model import is_mdm_folder
-    from grpokit.trainer.checkpoint import CheckpointError, model_source
+    from grpokit.trainer.checkpoint import family_folder
 
-    if not Path(name).expanduser().exists():
-        return None
-    try:
-        source = Path(model_source(name)).expanduser()
-    except CheckpointError:
-        return None
-    return source if is_mdm_folder(source) else None
+    return family_folder(name, is_mdm_folder)
 
 
 def is_mdm_model(name: str) -> bool:

@@ -201,6 +201,18 @@ def model_source(text: str) -> str:
     return str(ckpt)
 
 
+def family_folder(name: str, accepts: Any) -> Optional[Path]:
+    """The model folder behind ``name`` (a folder, or a grpokit run folder's newest checkpoint) when
+    ``accepts(folder)`` says it holds that policy family's model, else None (not a path, or no checkpoint)."""
+    if not Path(name).expanduser().exists():
+        return None
+    try:
+        source = Path(model_source(name)).expanduser()
+    except CheckpointError:
+        return None
+    return source if accepts(source) else None
+
+
 def load_training_state(ckpt: Path, optimizer: torch.optim.Optimizer, scheduler: Any) -> dict[str, Any]:
     """Restore optimizer, scheduler and RNG from ``ckpt``; return trainer_state.json."""
     optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))

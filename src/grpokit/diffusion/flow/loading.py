@@ -17,15 +17,9 @@ EMBEDDED_FLOW = {"tiny-flow": "grpokit's tiny class-conditional UNet2DModel flow
 
 def _folder(name: str) -> Optional[Path]:
     from grpokit.diffusion.flow.model import is_flow_folder
-    from grpokit.trainer.checkpoint import CheckpointError, model_source
+    from grpokit.trainer.checkpoint import family_folder
 
-    if not Path(name).expanduser().exists():
-        return None
-    try:
-        source = Path(model_source(name)).expanduser()
-    except CheckpointError:
-        return None
-    return source if is_flow_folder(source) else None
+    return family_folder(name, is_flow_folder)
 
 
 def is_flow_model(name: str) -> bool:
