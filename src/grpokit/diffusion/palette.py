@@ -141,10 +141,11 @@ def pretrain_palette(model: torch.nn.Module, *, steps: int = 400, batch: int = 6
         model.train()
         for _ in range(steps):
             labels = [rng.randrange(CLASSES) for _ in range(batch)]
-            target = torch.tensor([pattern(y, swap=rng.random() >= p_correct) for y in labels])
-            cond = torch.tensor([tok.null_id if rng.random() < class_dropout else tok.class_base + y for y in labels])
-            ratio = torch.cos(math.pi / 2 * torch.rand(batch, 1, generator=gen))
-            masked = torch.rand(batch, SIDE * SIDE, generator=gen) < ratio
+            cpu = "cpu"  # host-side: this pretraining runs on the CPU with its own CPU generator
+            target = torch.tensor([pattern(y, swap=rng.random() >= p_correct) for y in labels], device=cpu)
+            cond = torch.tensor([tok.null_id if rng.random() < class_dropout else tok.class_base + y for y in labels], device=cpu)
+            ratio = torch.cos(math.pi / 2 * torch.rand(batch, 1, generator=gen, device=cpu))
+            masked = torch.rand(batch, SIDE * SIDE, generator=gen, device=cpu) < ratio
             masked[:, 0] |= ~masked.any(-1)
             logits = predictor_logits(model, cond, torch.where(masked, torch.full_like(target, tok.mask_id), target))
             nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none")

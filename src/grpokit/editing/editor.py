@@ -85,11 +85,11 @@ def select_window(model: torch.nn.Module, layers: list, module: str) -> list[tor
     return params
 
 
-def encode_edit(tokenizer, prompt_text: str, target: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``input_ids [1, L]`` = rendered prompt + target + EOS, ``mask [1, L]`` = 1 on the target and EOS tokens."""
+def encode_edit(tokenizer, prompt_text: str, target: str, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """``input_ids [1, L]`` = rendered prompt + target + EOS, ``mask [1, L]`` = 1 on the target and EOS tokens, on ``device``."""
     prompt = tokenizer(prompt_text, add_special_tokens=False).input_ids
     answer = tokenizer(target, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
-    ids = torch.tensor([prompt + answer])
+    ids = torch.tensor([prompt + answer], device=device)
     mask = torch.zeros_like(ids, dtype=torch.float32)
     mask[0, len(prompt):] = 1.0
     return ids, mask
@@ -112,7 +112,7 @@ def apply_edits(model: torch.nn.Module, tokenizer, edits: list[Edit], prompts: l
     cfg.validate()
     params = select_window(model, cfg.layers, cfg.module)
     device = params[0].device
-    encoded = [tuple(t.to(device) for t in encode_edit(tokenizer, p, e.target_new)) for e, p in zip(edits, prompts)]
+    encoded = [encode_edit(tokenizer, p, e.target_new, device) for e, p in zip(edits, prompts)]
     pre_edit = None
     if cfg.method == "tpsft" and cfg.anchor == "pre_edit":
         with torch.no_grad():

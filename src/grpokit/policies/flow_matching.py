@@ -142,7 +142,7 @@ class FlowMatchingPolicy(ModulePolicy):
             for row in rows:
                 for j in range(group_size):
                     g = torch.Generator(device="cpu").manual_seed(int(row.get("seed", 0)) + j)
-                    draws.append(torch.randn(3, size, size, generator=g))
+                    draws.append(torch.randn(3, size, size, generator=g, device="cpu"))  # CPU seeds: the same noise on any device
             return torch.stack(draws).to(self.device)
         n = len(rows) if self.settings.same_noise else b
         x0 = torch.randn(n, 3, size, size, generator=gen, device="cpu")

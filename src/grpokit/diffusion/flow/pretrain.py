@@ -49,10 +49,10 @@ def train(model: torch.nn.Module, *, steps: int, batch: int = 64, lr: float = 1e
             images, labels = noisy_prior_batch(batch, rng, p_correct, model.size)
             x0 = torch.as_tensor(images).permute(0, 3, 1, 2) * 2 - 1  # [b, 3, H, W] in [-1, 1]
             labels = torch.as_tensor(labels)
-            drop = torch.rand(batch, generator=gen) < p_uncond
+            drop = torch.rand(batch, generator=gen, device="cpu") < p_uncond  # host-side: the CPU pretraining's own generator
             labels = torch.where(drop, torch.full_like(labels, model.null_class), labels)
-            eps = torch.randn(x0.shape, generator=gen)
-            sigma = torch.rand(batch, generator=gen)
+            eps = torch.randn(x0.shape, generator=gen, device="cpu")
+            sigma = torch.rand(batch, generator=gen, device="cpu")
             s = sigma.view(-1, 1, 1, 1)
             v = model((1 - s) * x0 + s * eps, sigma, labels)
             loss = ((v - (eps - x0)) ** 2).mean()
