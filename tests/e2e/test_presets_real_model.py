@@ -32,6 +32,11 @@ def train_reward_models_the_preset_needs(preset):
 
 
 MECHANISM = {
+    # flow-matching images: the SDE steps are the trained units (Flow-GRPO 9 of 10 in order; Pref-GRPO a random 60%)
+    "flow_grpo": [("flow/trained_steps", lambda v: v == 9), ("flow/step_logp", lambda v: v == v)],
+    "pref_grpo_image": [("flow/trained_steps", lambda v: v == 6),
+                        ("reward/win_rate/mean", lambda v: abs(v - 0.5) < 1e-4)],  # every comparison hands out one point
+    "dpp_grpo_image": [("flow/trained_steps", lambda v: v == 9), ("reward/dpp/std", lambda v: v > 0)],  # diversity differs
     "dapo": [("dynamic_sampling/rounds", lambda v: v >= 1), ("overlong/penalised_frac", lambda v: 0 <= v <= 1)],
     "intellect2": [("clip/dual_frac", lambda v: 0 <= v <= 1), ("dynamic_sampling/rounds", lambda v: v >= 1)],
     "spine": [("tokens/selected_frac", lambda v: 0 < v < 1),  # only the top-rho entropy (forking) tokens
