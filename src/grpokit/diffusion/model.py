@@ -16,8 +16,6 @@ prompt (and its trimming in micro-batches) never moves a token's position.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -118,18 +116,14 @@ def is_mdm_folder(path: str | Path) -> bool:
 
 def save_mdm(model: torch.nn.Module, tokenizer: MDMTokenizer, folder: str | Path, extra: Optional[dict[str, Any]] = None) -> Path:
     """Write ``folder`` atomically (a temporary sibling folder renamed into place)."""
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    if extra is not None:
-        (tmp / "mdm_build.json").write_text(json.dumps(extra, indent=1))
-    if folder.exists():
-        import shutil
+    from grpokit.model.loading import atomic_folder
 
-        shutil.rmtree(folder)
-    os.replace(tmp, folder)
+    folder = Path(folder)
+    with atomic_folder(folder) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if extra is not None:
+            (tmp / "mdm_build.json").write_text(json.dumps(extra, indent=1))
     return folder
 
 

@@ -21,6 +21,7 @@ the device; on the CPU transformers' own choice is kept.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -30,7 +31,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -67,6 +68,22 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         description="SmolLM2-135M-Instruct (Q4_1 GGUF, 134.5 M params, tied embeddings)",
     ),
 }
+
+
+@contextlib.contextmanager
+def atomic_folder(out: str | Path) -> Iterator[Path]:
+    """A temporary sibling folder of ``out`` to write into; when the block ends without an error it
+    replaces ``out`` (renamed into place), otherwise it is removed: a folder is never half-written."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
 
 
 def cache_dir() -> Path:

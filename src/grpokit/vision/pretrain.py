@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import logging
 import random
-import shutil
 import time
 from pathlib import Path
 
@@ -120,15 +119,13 @@ def build(out: str | Path, *, seed: int = 0, steps: int = 3200, sizes: dict | No
     """A tiny Qwen2-VL at ``out``: built from its config, then noisy-prior pretrained; atomic."""
     from grpokit.vision.tiny_qwen2vl import save_tiny_qwen2vl
 
-    out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_tiny_qwen2vl(tmp, seed=seed, **(SIZES if sizes is None else sizes))
-    result = train(tmp, steps=steps, seed=seed, **kwargs)
-    (tmp / "grpokit-pretrain.txt").write_text(f"noisy prior {VERSION} seed={seed} steps={steps} {result}\n")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return out
+    from grpokit.model.loading import atomic_folder
+
+    with atomic_folder(out) as tmp:
+        save_tiny_qwen2vl(tmp, seed=seed, **(SIZES if sizes is None else sizes))
+        result = train(tmp, steps=steps, seed=seed, **kwargs)
+        (tmp / "grpokit-pretrain.txt").write_text(f"noisy prior {VERSION} seed={seed} steps={steps} {result}\n")
+    return Path(out)
 
 
 def ensure_tiny_vlm(seed: int = 0) -> Path:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import logging
 import random
-import shutil
 import time
 from pathlib import Path
 
@@ -73,17 +72,15 @@ def build(out: str | Path, *, seed: int = 0, steps: int = STEPS, size: int = SIZ
     from grpokit.diffusion.flow.model import TinyFlowModel, unet_config
     from grpokit.diffusion.flow.procedural import NUM_CLASSES, condition_of, prompt_for
 
-    out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    from grpokit.model.loading import atomic_folder
+
     torch.manual_seed(seed)
     model = TinyFlowModel(unet_config(size, NUM_CLASSES, channels), [prompt_for(*condition_of(i)) for i in range(NUM_CLASSES)])
     result = train(model, steps=steps, seed=seed, **kwargs) if steps else {"loss": float("nan"), "minutes": 0.0}
-    model.save_pretrained(tmp)
-    (tmp / "grpokit-pretrain.txt").write_text(f"noisy prior {VERSION} seed={seed} steps={steps} {result}\n")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return out
+    with atomic_folder(out) as tmp:
+        model.save_pretrained(tmp)
+        (tmp / "grpokit-pretrain.txt").write_text(f"noisy prior {VERSION} seed={seed} steps={steps} {result}\n")
+    return Path(out)
 
 
 def ensure_tiny_flow(seed: int = 0) -> Path:
