@@ -53,6 +53,19 @@ def test_image_judge_calls_ties_within_the_margin():
     assert image_judge("", a, b, colour="red", tie_margin=0.6) == 0.5
 
 
+def test_brightness_bias_enters_the_pointwise_score_and_the_judge_alike():
+    # equal red fraction (1.0); the second image's red is brighter: mean pixel 1/48 vs 0.5/48
+    dim, bright = img({(0, 0): (0.5, 0.0, 0.0)}), img({(0, 0): RED})
+    tiny = resolve_reward("tiny_score")
+    s_dim, s_bright = tiny(["", ""], [dim, bright], colour=["red"] * 2, offset=0.5, scale=0.01, brightness=2.0)
+    assert s_dim == pytest.approx(0.5 + 0.01 * (1.0 + 2.0 * 0.5 / 48))
+    assert s_bright - s_dim == pytest.approx(0.01 * 2.0 * 0.5 / 48)  # the bias alone ranks them
+    assert tiny(["", ""], [dim, bright], colour=["red"] * 2)[0] == tiny(["", ""], [dim, bright], colour=["red"] * 2)[1]  # no bias: a tie
+    # the judge sees the same hidden score: a margin above the bias's 0.0208 calls a tie, one below it does not
+    assert image_judge("", bright, dim, colour="red", tie_margin=0.05, brightness=2.0) == 0.5
+    assert image_judge("", bright, dim, colour="red", tie_margin=0.01, brightness=2.0) == 1.0
+
+
 def test_win_rate_with_the_image_judge_strict_order_and_illusory_advantage():
     win_rate = resolve_reward("win_rate")
     judge = "grpokit.diffusion.flow.rewards:image_judge"

@@ -9,11 +9,14 @@ in [0, 1]. Rewards read the row's ``colour`` / ``count`` columns (task ``flow_im
 * ``component_count``: 1 / (1 + |n − count|), n = 4-connected components of requested-colour pixels.
 * ``jpeg_compressibility``: −(JPEG bytes)/1000 at ``quality``, the image upscaled ×``upscale``
   (nearest) first — Flow-GRPO's toy reward (arXiv 2505.05470, its ``jpeg_compressibility``).
-* ``tiny_score``: ``offset + scale · colour_fraction + noise`` with seeded per-image noise: a
-  pointwise reward model whose differences are tiny (Pref-GRPO's "illusory advantage" setting).
+* ``tiny_score``: ``offset + scale · hidden`` — a pointwise reward model whose differences are
+  tiny (Pref-GRPO's "illusory advantage" setting). ``hidden = colour_fraction + brightness · mean
+  pixel + noise``: the optional ``brightness`` term is a reward model's systematic bias for brighter
+  images (the over-saturation hack Pref-GRPO reports for pointwise rewards), ``noise`` a seeded
+  per-image error.
 * :func:`image_judge` (``prefer`` of the ``win_rate`` group reward): a procedural pairwise judge —
-  compares the hidden ``colour_fraction`` (optionally with the same noise) of two images and calls
-  a tie within ``tie_margin``. Pref-GRPO: Wang et al., arXiv 2508.20751.
+  compares the same hidden score of two images and calls a tie within ``tie_margin``. Pref-GRPO:
+  Wang et al., arXiv 2508.20751.
 * :func:`image_embed` (``embed`` of the ``dpp`` group reward): a fixed, seeded Gaussian random
   projection of the pixels mapped to [−1, 1]; cosine then ≈ pixel-space cosine (Johnson–
   Lindenstrauss). The DPP-GRPO paper (arXiv 2511.20647) rewrites prompts for a frozen video
@@ -133,27 +136,35 @@ def _noise(pixels: np.ndarray, std: float, seed: int) -> float:
     return float(np.random.default_rng(key).normal(0.0, std))
 
 
+def hidden_score(pixels: np.ndarray, colour: str, brightness: float = 0.0, noise: float = 0.0, noise_seed: int = 0) -> float:
+    """What both the pointwise ``tiny_score`` and the pairwise ``image_judge`` see of an image ``[H, W, 3]``.
+
+    ``colour_fraction + brightness · mean pixel value + N(0, noise²)`` (the draw fixed per image).
+    """
+    return fraction_of(pixels, colour) + brightness * float(pixels.mean()) + _noise(pixels, noise, noise_seed)
+
+
 @REWARDS.register("tiny_score")
 def tiny_score(prompts: list, completions: list, colour: Sequence[str] = (), offset: float = 0.5, scale: float = 0.01,
-               noise: float = 0.0, noise_seed: int = 0, **_: Any) -> list[float]:
-    """``offset + scale · colour_fraction + noise``: a pointwise score whose differences within a group are tiny."""
-    return [offset + scale * fraction_of(p := _pixels(c, "tiny_score"), col) + _noise(p, noise, noise_seed)
+               noise: float = 0.0, noise_seed: int = 0, brightness: float = 0.0, **_: Any) -> list[float]:
+    """``offset + scale · hidden_score``: a pointwise score whose differences within a group are tiny."""
+    return [offset + scale * hidden_score(_pixels(c, "tiny_score"), col, brightness, noise, noise_seed)
             for c, col in zip(completions, colour)]
 
 
 def image_judge(prompt: str, a: Any, b: Any, colour: Optional[str] = None, tie_margin: float = 0.05, noise: float = 0.0,
-                noise_seed: int = 0) -> float:
+                noise_seed: int = 0, brightness: float = 0.0) -> float:
     """P(a ≻ b) of a procedural pairwise judge: 1 / 0 when a's hidden score beats / trails b's by more than ``tie_margin``, else 0.5.
 
-    Hidden score: ``colour_fraction`` of the row's ``colour`` plus the same seeded per-image noise
-    as :func:`tiny_score` (``noise``). Use as ``win_rate``'s ``prefer``:
+    Hidden score: :func:`hidden_score` (``colour_fraction`` of the row's ``colour``, plus the same
+    ``brightness`` bias and seeded per-image ``noise`` as :func:`tiny_score`). Use as
+    ``win_rate``'s ``prefer``:
     ``{name: win_rate, kwargs: {prefer: "grpokit.diffusion.flow.rewards:image_judge", tie_margin: 0.05}}``.
     """
     if colour is None:
         raise ValueError("image_judge needs the row's 'colour' column (task flow_images)")
-    pa, pb = _pixels(a, "image_judge"), _pixels(b, "image_judge")
-    sa = fraction_of(pa, colour) + _noise(pa, noise, noise_seed)
-    sb = fraction_of(pb, colour) + _noise(pb, noise, noise_seed)
+    sa = hidden_score(_pixels(a, "image_judge"), colour, brightness, noise, noise_seed)
+    sb = hidden_score(_pixels(b, "image_judge"), colour, brightness, noise, noise_seed)
     if sa - sb > tie_margin:
         return 1.0
     if sb - sa > tie_margin:
