@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from grpokit.cli import main
 from grpokit.editing.facts import make_facts, write_jsonl
@@ -49,3 +50,23 @@ def test_benchmark_dry_run_runs_all_three_arms(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
     assert "sft_direct_rel=" in last and "tpsft_grpo_cot_loc=" in last
+
+
+def test_format_steps_needs_the_consolidation_stage(capsys):
+    assert main(["edit", "--facts", "2", "--format-steps", "2", "--no-consolidate", "--model", "no-such-model"]) == 2
+    assert "--format-steps" in capsys.readouterr().err
+
+
+def test_format_warmup_trains_on_the_demonstrations_and_returns_a_loadable_model(tmp_path):
+    from grpokit.editing.pipeline import format_warmup, save_model
+    from grpokit.model.loading import load_model
+    from grpokit.testing import tiny_model_and_tokenizer
+
+    model, tokenizer = tiny_model_and_tokenizer()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    folder = format_warmup(save_model(model, tokenizer, tmp_path / "edited"), make_facts(3, seed=0), tmp_path, steps=2)
+    rows = [json.loads(x) for x in (tmp_path / "format_demonstrations.jsonl").read_text().splitlines()]
+    assert len(rows) == 16 and all("\\boxed{" in r["completion"] for r in rows)
+    warmed, _ = load_model(str(folder))
+    changed = [k for k, v in warmed.state_dict().items() if k in before and not torch.equal(v, before[k])]
+    assert changed  # the SFT steps moved the weights

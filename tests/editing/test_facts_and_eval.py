@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from grpokit.data.files import DataError
-from grpokit.editing.evaluate import evaluate, final_answer, greedy_answers, mentions, questions_of, score, styled
+from grpokit.editing.evaluate import COT_SUFFIX, evaluate, final_answer, greedy_answers, mentions, questions_of, score, styled
 from grpokit.editing.facts import Edit, make_facts, read_jsonl, validate_edits, write_jsonl
 from grpokit.testing import tiny_model_and_tokenizer
 
@@ -106,3 +106,21 @@ def test_counterfactual_edits_task_gives_the_consolidation_rows_of_the_same_fact
     assert [r["answer"] for r in splits.train] == [e.target_new for e in edits]
     assert splits.train[0]["prompt"] == styled(edits[0].prompt, "cot") and splits.train[0]["original_knowledge"] == edits[0].old_fact
     assert len(splits.heldout) == 4 and splits.heldout[0]["prompt"] == styled(edits[0].paraphrases[0], "cot")
+
+
+def test_format_demonstrations_use_fresh_subjects_and_pass_the_format_gate():
+    from grpokit.editing.facts import format_demonstrations
+    from grpokit.rewards.etcon import boxed_answer, format_score
+
+    edits = make_facts(20, seed=0)
+    rows = format_demonstrations(edits, 30, seed=1)
+    assert len(rows) == 30 and rows == format_demonstrations(edits, 30, seed=1)  # deterministic
+    asked = [q for e in edits for q in [e.prompt, *e.paraphrases, *e.neighbours]]
+    subjects = {e.subject for e in edits}
+    for row in rows:
+        assert row["prompt"].endswith(COT_SUFFIX) and row["prompt"] not in [styled(q, "cot") for q in asked]
+        assert not any(s in row["prompt"] for s in subjects)  # no evaluated subject is taught
+        assert format_score(row["completion"]) == 1.0  # exactly one <answer> ... \boxed{} ... </answer>
+        assert boxed_answer(row["completion"]) and boxed_answer(row["completion"]) in row["completion"].split("<answer>")[0]
+    with pytest.raises(ValueError, match="n=0"):
+        format_demonstrations(edits, 0)

@@ -42,6 +42,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--refresh-every", type=int, default=2, help="TPSFT: refresh pi_old every N updates of an edit (0 = once per edit)")
     p.add_argument("--anchor", default="snapshot", choices=["snapshot", "pre_edit"], help="TPSFT pi_old: per-edit snapshot or the pre-edit model")
     p.add_argument("--no-consolidate", action="store_true", help="skip the GRPO consolidation stage")
+    p.add_argument("--format-steps", type=int, default=0,
+                   help="SFT steps (batches of 8) on format demonstrations of unrelated facts before GRPO, for a model that never "
+                        "writes <answer> \\boxed{} </answer> (0 = none, as in the paper)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="a.b=value", help="override of the GRPO stage (preset etcon)")
     return p
 
@@ -67,6 +70,8 @@ def cmd_edit(a: argparse.Namespace) -> int:
     cfg = EditConfig(method=a.method, layers=layers, module=a.module, steps=a.steps, lr=a.lr, epsilon=a.epsilon,
                      refresh_every=a.refresh_every, anchor=a.anchor)
     cfg.validate()  # before any model is loaded
+    if a.format_steps < 0 or (a.format_steps and a.no_consolidate):
+        raise ValueError(f"--format-steps {a.format_steps}: give a count >= 0, and only with the consolidation stage (drop --no-consolidate)")
     if not a.no_consolidate:
         from grpokit.config import load_config
 
@@ -74,7 +79,7 @@ def cmd_edit(a: argparse.Namespace) -> int:
     from grpokit.editing.pipeline import run_pipeline, table
 
     result = run_pipeline(edits, Path(a.out), model_name=a.model, edit=cfg, grpo_overrides=a.overrides,
-                          consolidate_stage=not a.no_consolidate)
+                          consolidate_stage=not a.no_consolidate, format_steps=a.format_steps)
     print(table(result["stages"]))
     print(f"results: {Path(a.out) / 'results.json'}")
     return 0

@@ -192,6 +192,30 @@ def consolidation_rows(edits: list[Edit], paraphrases: bool = False) -> list[dic
             for e in edits for q in (e.paraphrases if paraphrases else [e.prompt])]
 
 
+def format_demonstrations(edits: list[Edit], n: int, seed: int = 1) -> list[dict]:
+    """``n`` SFT rows that teach the consolidation format on facts no evaluation asks about.
+
+    Each row: a CoT-styled question about a fresh fictional subject (not a subject of ``edits`` nor
+    of their paraphrases or neighbours) and the completion ``"<fact>. <answer> \\boxed{object} </answer>"``.
+    For a small model that never writes EtCon's answer format, whose format gate would zero every
+    GRPO reward [inferred: the paper consolidates 7-8B instruct models that already follow it].
+    """
+    if n < 1:
+        raise ValueError(f"format_demonstrations: n={n}; need at least one row")
+    taken = {_key(q) for e in edits for q in [e.prompt, *e.paraphrases, *e.neighbours]} | {_key(e.subject) for e in edits}
+    rows: list[dict] = []
+    for attempt in range(8):
+        for fact in make_facts(n, seed=seed + 7919 * attempt, n_paraphrases=0, n_neighbours=0):
+            if _key(fact.subject) in taken or any(_key(fact.subject) in _key(q) for q in taken):
+                continue
+            taken.add(_key(fact.subject))
+            rows.append({"prompt": styled(fact.prompt, "cot"),
+                         "completion": f"{fact.old_fact[:1].upper()}{fact.old_fact[1:]}. <answer> \\boxed{{{fact.target_old}}} </answer>"})
+            if len(rows) == n:
+                return rows
+    raise ValueError(f"format_demonstrations: could not invent {n} subjects apart from the edits'")
+
+
 def write_jsonl(edits: list[Edit], path: str | Path) -> Path:
     """Write one JSON object per edit (atomically: a temporary file renamed into place)."""
     path = Path(path)

@@ -21,7 +21,7 @@ from typing import Optional
 from grpokit.data.chat import render_prompt
 from grpokit.editing.editor import EditConfig, apply_edits
 from grpokit.editing.evaluate import SYSTEM_PROMPT, evaluate, styled
-from grpokit.editing.facts import Edit, consolidation_rows, write_jsonl
+from grpokit.editing.facts import Edit, consolidation_rows, format_demonstrations, write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +62,32 @@ def consolidate(model_dir: Path, edits: list[Edit], out: Path, overrides: list[s
     return Path(model_source(str(out / "grpo")))
 
 
+def format_warmup(model_dir: Path, edits: list[Edit], out: Path, steps: int, lr: float = 2e-5) -> Path:
+    """SFT of ``steps`` batches of 8 on :func:`format_demonstrations` (facts no metric asks about); returns the model folder.
+
+    Between the stages, for a model that never writes ``<answer> \\boxed{} </answer>``: EtCon's format
+    gate would otherwise give every rollout 0 and GRPO nothing to learn from [inferred, not in the paper].
+    """
+    from grpokit.config import load_config
+    from grpokit.trainer.checkpoint import model_source
+    from grpokit.trainer.offline import OfflineTrainer
+
+    rows = _write_rows(format_demonstrations(edits, 8 * steps), out / "format_demonstrations.jsonl")
+    cfg = load_config(preset="sft", overrides=[f"model.name={model_dir}", f"data.path={rows}", "data.heldout_fraction=0",
+                                               f"data.system_prompt={SYSTEM_PROMPT}", f"train.steps={steps}", f"optim.lr={lr}",
+                                               "eval.before=false", "eval.after=false", f"logging.output_dir={out / 'format_sft'}",
+                                               f"logging.checkpoint_every={steps}", "logging.progress=false"])
+    OfflineTrainer(cfg).train()
+    return Path(model_source(str(out / "format_sft")))
+
+
 def run_pipeline(edits: list[Edit], out: Path, *, model_name: str = "smollm2-135m-instruct", edit: EditConfig = EditConfig(),
                  grpo_overrides: list[str] = (), consolidate_stage: bool = True, styles: tuple[str, ...] = ("direct", "cot"),
-                 max_new_tokens: dict[str, int] = MAX_NEW_TOKENS, progress: bool = True) -> dict:
-    """Run both stages on ``edits`` and return ``{"stages": {name: {style: metrics}}, "edits": [...], "minutes": {...}}``."""
+                 max_new_tokens: dict[str, int] = MAX_NEW_TOKENS, progress: bool = True, format_steps: int = 0) -> dict:
+    """Run both stages on ``edits`` and return ``{"stages": {name: {style: metrics}}, "edits": [...], "minutes": {...}}``.
+
+    ``format_steps > 0``: :func:`format_warmup` between the stages, evaluated as its own row (``<method>+format``).
+    """
     from grpokit.model.loading import load_model
 
     edit.validate()
@@ -84,11 +106,18 @@ def run_pipeline(edits: list[Edit], out: Path, *, model_name: str = "smollm2-135
     if consolidate_stage:
         edited = save_model(model, tokenizer, out / "edited")
         del model
+        if format_steps > 0:
+            t0 = time.time()
+            edited = format_warmup(edited, edits, out, format_steps)
+            minutes["format"] = (time.time() - t0) / 60
+            model, tokenizer = load_model(edited)
+            stages[f"{edit.method}+format"], _ = evaluate(model, tokenizer, edits, styles, baseline, max_new_tokens=max_new_tokens)
+            del model
         t0 = time.time()
         final = consolidate(edited, edits, out, grpo_overrides)
         minutes["grpo"] = (time.time() - t0) / 60
         model, tokenizer = load_model(final)
-        stages[f"{edit.method}+grpo"], _ = evaluate(model, tokenizer, edits, styles, baseline, max_new_tokens=max_new_tokens)
+        stages[f"{edit.method}+{'format+' if format_steps > 0 else ''}grpo"], _ = evaluate(model, tokenizer, edits, styles, baseline, max_new_tokens=max_new_tokens)
     (out / "results.json").write_text(json.dumps(result, indent=1))
     return result
 
