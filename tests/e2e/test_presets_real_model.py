@@ -37,6 +37,12 @@ MECHANISM = {
     "pref_grpo_image": [("flow/trained_steps", lambda v: v == 6),
                         ("reward/win_rate/mean", lambda v: abs(v - 0.5) < 1e-4)],  # every comparison hands out one point
     "dpp_grpo_image": [("flow/trained_steps", lambda v: v == 9), ("reward/dpp/std", lambda v: v > 0)],  # diversity differs
+    # masked-diffusion LMs: each estimator's own units (ESPO: the ELBO over the whole canvas; d1: tokens through [EOS];
+    # Mask-GRPO: the unmasking steps) and, with mu > 1 updates on a batch, a ratio and a KL that moved off 1 and 0
+    "espo": [("mdm/units_per_sample", lambda v: v == 8), ("ratio/mean", lambda v: v != 1.0), ("kl", lambda v: v > 0)],
+    "diffu_grpo": [("mdm/units_per_sample", lambda v: 0 < v <= 8), ("ratio/mean", lambda v: v != 1.0), ("kl", lambda v: v > 0)],
+    "mask_grpo": [("mdm/units_per_sample", lambda v: v == 8), ("ratio/mean", lambda v: abs(v - 1.0) < 1e-6)],  # K = 8, on-policy
+    "co_grpo": [("schedule/moved", lambda v: v > 0)],  # the schedule policy phi took a gradient step with the predictor
     "dapo": [("dynamic_sampling/rounds", lambda v: v >= 1), ("overlong/penalised_frac", lambda v: 0 <= v <= 1)],
     "intellect2": [("clip/dual_frac", lambda v: 0 <= v <= 1), ("dynamic_sampling/rounds", lambda v: v >= 1)],
     "spine": [("tokens/selected_frac", lambda v: 0 < v < 1),  # only the top-rho entropy (forking) tokens
@@ -86,6 +92,9 @@ MECHANISM = {
 }
 EXTRA = {  # presets whose mechanism needs more than one update to show
     "gspo": ["algorithm.num_iterations=2"],
+    # the masked-diffusion LMs at the canvas they were pretrained on (8), where rewards differ within groups
+    "espo": ["rollout.max_new_tokens=8"], "diffu_grpo": ["rollout.max_new_tokens=8"], "mask_grpo": ["rollout.max_new_tokens=8"],
+    "co_grpo": ["rollout.max_new_tokens=64"],  # the 64 image tokens
     "papo": ["data.task_options={kinds: [colour]}"],  # the questions the noisy prior answers by looking
     "sft": ["train.steps=3"], "dpo": ["train.steps=3"], "kto": ["train.steps=3"],
 }

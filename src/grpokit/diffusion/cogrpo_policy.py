@@ -105,9 +105,11 @@ class CoGRPOPolicy(ModulePolicy):
         self.step = step
 
     def sampler_metrics(self) -> dict[str, float]:
-        """The schedule's mean knob values, averaged over steps (what Co-GRPO moves)."""
-        values = Schedule.values(self.module.schedule.mean().detach())
-        return {f"schedule/{k}": float(v.mean()) for k, v in values.items()}
+        """The schedule's mean knob values, averaged over steps (what Co-GRPO moves), and ``schedule/moved``: max |mu_phi - init|."""
+        schedule = self.module.schedule
+        values = Schedule.values(schedule.mean().detach())
+        moved = (schedule.mean() - schedule.init).detach().abs().max()  # how far mu_phi is from its initial schedule
+        return {**{f"schedule/{k}": float(v.mean()) for k, v in values.items()}, "schedule/moved": float(moved)}
 
     def render(self, rows: list[dict], system_prompt: Optional[str]) -> list[str]:
         return [row["prompt"] for row in rows]

@@ -130,6 +130,7 @@ class MaskedDiffusionPolicy(ModulePolicy):
         self.backend = MDMBackend(module, tokenizer, options, seed=seed, likelihood=likelihood,
                                   likelihood_options=self.likelihood_options)
         self.capabilities = self.capabilities_for(likelihood)
+        self._last: dict[str, float] = {}
 
     @staticmethod
     def capabilities_for(likelihood: str) -> Capabilities:
@@ -143,7 +144,9 @@ class MaskedDiffusionPolicy(ModulePolicy):
         self.backend.step = step
 
     def sampler_metrics(self) -> dict[str, float]:
-        return {}
+        """Of the last training batch: the likelihood's units per sample (tokens through [EOS], the L canvas positions of a
+        sequence ELBO, or the K unmasking steps) and the share of completion positions that were [EOS] padding."""
+        return dict(self._last)
 
     def render(self, rows: list[dict], system_prompt: Optional[str]) -> list[str]:
         """The prompts as they are: the model has no chat template (a system prompt is refused at load)."""
@@ -183,4 +186,7 @@ class MaskedDiffusionPolicy(ModulePolicy):
         self.reference.load_state_dict(self.module.state_dict())
 
     def learn_forward(self, mb: RolloutBatch, *, with_entropy: bool, entropy_grad: bool) -> UnitForward:
-        return UnitForward(self._unit_logp(self.module, mb), None, lambda loss: loss.backward())
+        logp = self._unit_logp(self.module, mb)
+        self._last = {"mdm/units_per_sample": float(mb.action_mask.sum(-1).float().mean()),
+                      "mdm/eos_frac": float((mb.completion_ids == self.tokenizer.eos_id).float().mean())}
+        return UnitForward(logp, None, lambda loss: loss.backward())
