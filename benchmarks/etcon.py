@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from grpokit.editing.editor import EditConfig, apply_edits
     from grpokit.editing.evaluate import evaluate
     from grpokit.editing.facts import make_facts, write_jsonl
-    from grpokit.editing.pipeline import MAX_NEW_TOKENS, consolidate, edit_prompts, format_warmup, save_model, table
+    from grpokit.editing.pipeline import MAX_NEW_TOKENS, consolidation_stages, edit_prompts, save_model, table
     from grpokit.model.loading import load_model
 
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="etcon-"))
@@ -95,21 +95,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{method}: edit {minutes[f'edit_{method}']:.1f} min, {edit_stats[method]}", flush=True)
         if method == "tpsft" and "grpo" in arms:
             edited = save_model(model, tokenizer, out / "edited")
-            name = "tpsft+grpo"
-            if a.format_steps > 0:
-                del model
-                t0 = time.time()
-                edited = format_warmup(edited, edits, out, 1 if a.dry_run else a.format_steps)
-                minutes["format"] = (time.time() - t0) / 60
-                model, _ = load_model(edited)
-                stages["tpsft+format"], _ = evaluate(model, tokenizer, edits, styles, baseline, max_new_tokens=tokens)
-                print(f"format warm-up: {minutes['format']:.1f} min", flush=True)
-                name = "tpsft+format+grpo"
-            t0 = time.time()
-            final = consolidate(edited, edits, out, grpo)
-            minutes["grpo"] = (time.time() - t0) / 60
-            model, _ = load_model(final)
-            stages[name], _ = evaluate(model, tokenizer, edits, styles, baseline, max_new_tokens=tokens)
+
+            def measure(folder: Path) -> dict:
+                return evaluate(load_model(folder)[0], tokenizer, edits, styles, baseline, max_new_tokens=tokens)[0]
+
+            rows = consolidation_stages(edited, edits, out, grpo, 1 if a.dry_run and a.format_steps else a.format_steps, measure, minutes)
+            stages.update({f"tpsft+{name}": metrics for name, metrics in rows.items()})
             print(f"grpo: {minutes['grpo']:.1f} min", flush=True)
         del model
     (out / "results.json").write_text(json.dumps({"stages": stages, "edit_stats": edit_stats, "minutes": minutes,

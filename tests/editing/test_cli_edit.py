@@ -70,3 +70,16 @@ def test_format_warmup_trains_on_the_demonstrations_and_returns_a_loadable_model
     warmed, _ = load_model(str(folder))
     changed = [k for k, v in warmed.state_dict().items() if k in before and not torch.equal(v, before[k])]
     assert changed  # the SFT steps moved the weights
+
+
+def test_whole_pipeline_with_the_format_warmup_reports_each_stage_as_its_row(tmp_path):
+    out = tmp_path / "run"
+    grpo = ["train.steps=1", "rollout.group_size=2", "rollout.prompts_per_step=2", "rollout.max_new_tokens=4", "eval.before=false",
+            "eval.after=false", "logging.progress=false", "train.micro_batch_size=4"]
+    code = main(["edit", "--facts", "2", "--model", save_tiny_model(tmp_path / "tiny"), "--layers", "0,1", "--steps", "1",
+                 "--out", str(out), "--format-steps", "1", *[x for kv in grpo for x in ("--set", kv)]])
+    assert code == 0
+    result = json.loads((out / "results.json").read_text())
+    assert list(result["stages"]) == ["pre-edit", "tpsft", "tpsft+format", "tpsft+format+grpo"]
+    assert set(result["minutes"]) >= {"edit", "format", "grpo"}
+    assert "format_sft" in (out / "grpo" / "config.yaml").read_text()  # GRPO started from the warm-up's model, not the edited one

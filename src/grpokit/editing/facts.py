@@ -206,7 +206,7 @@ def format_demonstrations(edits: list[Edit], n: int, seed: int = 1) -> list[dict
     rows: list[dict] = []
     for attempt in range(8):
         for fact in make_facts(n, seed=seed + 7919 * attempt, n_paraphrases=0, n_neighbours=0):
-            if _key(fact.subject) in taken or any(_key(fact.subject) in _key(q) for q in taken):
+            if any(_key(fact.subject) in q for q in taken):  # an edit's subject, or inside a question a metric asks
                 continue
             taken.add(_key(fact.subject))
             rows.append({"prompt": styled(fact.prompt, "cot"),

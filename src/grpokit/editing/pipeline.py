@@ -16,7 +16,7 @@ import logging
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from grpokit.data.chat import render_prompt
 from grpokit.editing.editor import EditConfig, apply_edits
@@ -81,6 +81,29 @@ def format_warmup(model_dir: Path, edits: list[Edit], out: Path, steps: int, lr:
     return Path(model_source(str(out / "format_sft")))
 
 
+def consolidation_stages(edited: Path, edits: list[Edit], out: Path, grpo_overrides: list[str], format_steps: int,
+                         measure: Callable[[Path], dict], minutes: dict[str, float]) -> dict[str, dict]:
+    """Stage 2 from the edited model folder ``edited``: the optional :func:`format_warmup`, then GRPO (:func:`consolidate`).
+
+    ``measure(folder)`` evaluates the model each step writes; returns ``{"format": ..., "format+grpo": ...}``
+    (or ``{"grpo": ...}`` without the warm-up), the rows a caller prefixes with its edit method. Adds
+    each step's wall minutes to ``minutes``.
+    """
+    rows: dict[str, dict] = {}
+    prefix = ""
+    if format_steps > 0:
+        t0 = time.time()
+        edited = format_warmup(edited, edits, out, format_steps)
+        minutes["format"] = (time.time() - t0) / 60
+        rows["format"] = measure(edited)
+        prefix = "format+"
+    t0 = time.time()
+    final = consolidate(edited, edits, out, grpo_overrides)
+    minutes["grpo"] = (time.time() - t0) / 60
+    rows[prefix + "grpo"] = measure(final)
+    return rows
+
+
 def run_pipeline(edits: list[Edit], out: Path, *, model_name: str = "smollm2-135m-instruct", edit: EditConfig = EditConfig(),
                  grpo_overrides: list[str] = (), consolidate_stage: bool = True, styles: tuple[str, ...] = ("direct", "cot"),
                  max_new_tokens: dict[str, int] = MAX_NEW_TOKENS, progress: bool = True, format_steps: int = 0) -> dict:
@@ -106,18 +129,13 @@ def run_pipeline(edits: list[Edit], out: Path, *, model_name: str = "smollm2-135
     if consolidate_stage:
         edited = save_model(model, tokenizer, out / "edited")
         del model
-        if format_steps > 0:
-            t0 = time.time()
-            edited = format_warmup(edited, edits, out, format_steps)
-            minutes["format"] = (time.time() - t0) / 60
-            model, tokenizer = load_model(edited)
-            stages[f"{edit.method}+format"], _ = evaluate(model, tokenizer, edits, styles, baseline, max_new_tokens=max_new_tokens)
-            del model
-        t0 = time.time()
-        final = consolidate(edited, edits, out, grpo_overrides)
-        minutes["grpo"] = (time.time() - t0) / 60
-        model, tokenizer = load_model(final)
-        stages[f"{edit.method}+{'format+' if format_steps > 0 else ''}grpo"], _ = evaluate(model, tokenizer, edits, styles, baseline, max_new_tokens=max_new_tokens)
+
+        def measure(folder: Path) -> dict:
+            trained, trained_tokenizer = load_model(folder)
+            return evaluate(trained, trained_tokenizer, edits, styles, baseline, max_new_tokens=max_new_tokens)[0]
+
+        rows = consolidation_stages(edited, edits, out, list(grpo_overrides), format_steps, measure, minutes)
+        stages.update({f"{edit.method}+{name}": metrics for name, metrics in rows.items()})
     (out / "results.json").write_text(json.dumps(result, indent=1))
     return result
 
