@@ -6,10 +6,13 @@ from grpokit.envs.base import StepResult
 
 
 class Scripted:
-    """Answers turn t with "obs<t>"; ends (terminated, reward = turns) after ``turns`` turns; may raise or hang."""
+    """Answers turn t with "obs<t>"; ends (terminated, reward = turns) after ``turns`` turns; may raise or hang.
 
-    def __init__(self, turns=3, raise_at=0, hang_at=0):
-        self.turns, self.raise_at, self.hang_at = turns, raise_at, hang_at
+    ``reward_by_length``: a turn's reward is the length of its action text mod 3 instead of 1.
+    """
+
+    def __init__(self, turns=3, raise_at=0, hang_at=0, reward_by_length=False):
+        self.turns, self.raise_at, self.hang_at, self.by_length = turns, raise_at, hang_at, reward_by_length
 
     def reset(self, row, seed=None):
         self.t, self.seed = 0, seed
@@ -21,4 +24,5 @@ class Scripted:
             raise KeyError("broken env")
         if self.t == self.hang_at:
             time.sleep(5)
-        return StepResult(f"obs{self.t}", 1.0, terminated=self.t >= self.turns, info={"t": self.t, "action_len": len(action), "seed": self.seed})
+        reward = float(len(action) % 3) if self.by_length else 1.0
+        return StepResult(f"obs{self.t}", reward, terminated=self.t >= self.turns, info={"t": self.t, "action_len": len(action), "seed": self.seed})

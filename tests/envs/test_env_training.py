@@ -31,6 +31,8 @@ def guess_cfg(tmp_path, *extra, rewards=SOLVED):
     (("verification.enabled=true", "algorithm.loss=grpo_verif"), "verification.enabled"),
     (("environment.max_episode_tokens=3",), "raise it"),
     (("environment.name=null", "data.task=arithmetic", "data.task_options={}"), "reward 'env_return' reads an environment episode"),
+    (("environment.credit=reward_to_go", "algorithm.advantage=rloo"), "use advantage grpo or dr_grpo"),
+    (("environment.credit=reward_to_go", "reward_combiner.name=normalize_sum"), "use the fixed combiner"),
 ])
 def test_an_environment_run_that_cannot_work_is_refused_in_one_line(tmp_path, extra, expected):
     with pytest.raises(RunContractError) as err:
@@ -69,3 +71,34 @@ def test_env_return_and_env_info_rewards_read_the_episode_columns():
     assert info(["p", "p"], ["a", "b"], key="solved", env_solved=[1.0, None]) == [1.0, None]
     with pytest.raises(ValueError, match="env_solved"):
         info(["p"], ["a"], key="solved")  # not an environment run: the column is missing
+
+
+def test_reward_to_go_credit_gives_each_turn_the_reward_from_it_on(tmp_path):
+    """A scripted environment paying each turn len(action) mod 3: with reward-to-go credit a turn's tokens
+    carry (G_k - mean R) / std R, so the turns of one episode get different advantages, its first turn GRPO's."""
+    from pathlib import Path
+
+    from grpokit.trainer.loop import Trainer
+
+    scripted = f"{Path(__file__).parent / '_scripted.py'}:Scripted"
+    cfg = load_config(overrides=[
+        f"logging.output_dir={tmp_path / 'run'}", "logging.progress=false", "logging.log_samples_every=0",
+        "data.task=arithmetic", "data.n_train=12", "data.n_heldout=4", f"environment.name={scripted}",
+        "environment.options={turns: 3, reward_by_length: true}", "environment.max_episode_tokens=200",
+        "environment.credit=reward_to_go", "rewards=[{name: env_return}]", "eval.accuracy_reward=env_return",
+        "rollout.group_size=4", "rollout.prompts_per_step=2", "rollout.max_new_tokens=5", "train.micro_batch_size=4",
+        "eval.before=false", "eval.after=false",
+    ])
+    model, tok = tiny_model_and_tokenizer(seed=0)
+    torch.manual_seed(0)
+    trainer = Trainer(cfg, model, tok)
+    batch, scores, _ = trainer._collect()
+    lb, _ = trainer._learn_batch(batch, scores)
+    episode_adv = lb.adv.clone()
+    lb, metrics = trainer.stages[-1](trainer, lb, scores)
+    assert lb.adv.shape == batch.action_mask.shape and metrics["credit/turn_spread"] > 0
+    first = [int(row.nonzero()[0]) for row in batch.action_mask]
+    torch.testing.assert_close(lb.adv[torch.arange(len(first)), first], episode_adv)  # turn 0: the episode's GRPO advantage
+    assert not lb.adv[~batch.action_mask.bool()].any()  # observation tokens carry none
+    metrics = trainer.train_step()  # and the trainer learns from per-token advantages
+    assert metrics["credit/turn_spread"] > 0 and metrics["learn/updates"] == 1

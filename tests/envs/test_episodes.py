@@ -85,6 +85,36 @@ def test_per_turn_sampler_logprobs_equal_a_full_sequence_recompute(tiny):
     torch.testing.assert_close(rescored[act], batch.sampling_logp[act], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_the_kv_cache_kept_across_turns_samples_what_a_full_prefill_samples_and_prefills_only_new_tokens(tiny, fused):
+    """Greedy episodes with kv_cache on and off: the same trajectories and log-probs (to float rounding);
+    with the cache, the prefills after the first turn take only the tokens each episode gained. (Sampled
+    episodes draw their random numbers in another order with the cache: finished rows stay in its batch.)"""
+    model, tok = tiny
+    params = SamplingParams(max_new_tokens=6, greedy=True)
+    prefilled = []
+    hook = model.register_forward_hook(
+        lambda m, args, kwargs, out: prefilled.append(int(kwargs["attention_mask"][:, -kwargs["input_ids"].shape[1]:].sum()))
+        if kwargs.get("input_ids") is not None and kwargs["input_ids"].shape[1] > 1 else None, with_kwargs=True)
+    out = {}
+    try:
+        for cached in (True, False):
+            prefilled.clear()
+            torch.manual_seed(0)
+            backend = EpisodeBackend(HFBackend(model, tok, fused_decode=fused), env_cfg(kv_cache=cached), None, seed=0)
+            out[cached] = (backend.generate(prompts(tok), ROWS, 3, params), sum(prefilled))
+    finally:
+        hook.remove()
+    (on, on_tokens), (off, off_tokens) = out[True], out[False]
+    assert torch.equal(on.completion_ids, off.completion_ids) and torch.equal(on.action_mask, off.action_mask)
+    torch.testing.assert_close(on.sampling_logp, off.sampling_logp, atol=1e-5, rtol=0)
+    turns = [ep["turns"] for ep in on.episodes]
+    assert min(turns) == 3
+    # without the cache every turn re-prefills the whole context; with it, the contexts are prefilled once
+    context = int(on.completion_mask.sum()) - int(on.action_mask.sum())  # observation tokens over all episodes
+    assert on_tokens < off_tokens and on_tokens <= int(on.prompt_mask.sum()) + context + int(on.action_mask.sum())
+
+
 def test_trained_ids_are_the_sampled_ids_even_when_decode_then_encode_would_change_them(tiny, monkeypatch):
     """The turn's sampled characters spell "<|im_end|>" as 10 single-character tokens: re-encoding the
     text would give the one special id 2; the trajectory keeps the 10 sampled ids."""
@@ -100,7 +130,7 @@ def test_trained_ids_are_the_sampled_ids_even_when_decode_then_encode_would_chan
         return scripted.repeat(b, 1), torch.full((b, len(scripted)), -0.5), torch.ones(b, len(scripted))
 
     monkeypatch.setattr(inner, "decode", decode)
-    backend = EpisodeBackend(inner, env_cfg(options={"turns": 2}), None, seed=0)
+    backend = EpisodeBackend(inner, env_cfg(options={"turns": 2}, kv_cache=False), None, seed=0)
     batch = backend.generate(prompts(tok), ROWS, 2, SamplingParams(max_new_tokens=11))
     for r in range(len(batch)):
         n = int(batch.completion_mask[r].sum())

@@ -106,7 +106,7 @@ def test_a_tool_episode_carries_the_result_as_unsampled_tool_tokens_and_ends_on_
 
     monkeypatch.setattr(inner, "decode", decode)
     cfg = SimpleNamespace(name="tools", options={"tools": ["calculator"]}, max_turns=4, max_episode_tokens=400,
-                          step_timeout_s=10.0, on_error="raise", observation_role="user")
+                          step_timeout_s=10.0, on_error="raise", observation_role="user", kv_cache=False)
     row = {"prompt": "What is 37 * 46?", "answer": "1702"}
     text = tok.apply_chat_template([{"role": "user", "content": row["prompt"]}], tokenize=False, add_generation_prompt=True)
     batch = EpisodeBackend(inner, cfg, None, seed=0).generate([text], [row], 2, SamplingParams(max_new_tokens=80))

@@ -38,6 +38,13 @@ def environment_problem(cfg: Any) -> Optional[str]:
     clashing = [k for k, on in single_turn.items() if on]
     if clashing:
         return f"{clashing[0]} rewrites single-turn completions and cannot take environment episodes: turn it off or set environment.name=null"
+    if e.credit == "reward_to_go":
+        if cfg.algorithm.advantage not in ("grpo", "dr_grpo") or cfg.algorithm.scale == "batch":
+            return (f"environment.credit=reward_to_go computes GRPO's group-standardised advantages per turn, not algorithm.advantage="
+                    f"{cfg.algorithm.advantage} with scale {cfg.algorithm.scale}: use advantage grpo or dr_grpo (scale group or none)")
+        if cfg.reward_combiner.name != "fixed":
+            return (f"environment.credit=reward_to_go splits a weighted sum of rewards over turns, not reward_combiner.name="
+                    f"{cfg.reward_combiner.name}: use the fixed combiner or credit=episode")
     if e.max_episode_tokens < cfg.rollout.max_new_tokens:
         return (f"environment.max_episode_tokens ({e.max_episode_tokens}) is below one turn's cap rollout.max_new_tokens "
                 f"({cfg.rollout.max_new_tokens}): raise it")

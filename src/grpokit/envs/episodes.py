@@ -14,8 +14,12 @@ reward function can judge the whole conversation. An episode ends when the envir
 terminates or truncates it, at ``environment.max_turns`` model turns, or when the next turn
 would not fit ``environment.max_episode_tokens`` (a turn cut there ends the episode unsent).
 
-The first turn of a group is prefilled once and shared by its G rows; later turns prefill each
-row's whole context again (the KV cache is not yet kept across turns) [grpokit's choice].
+The first turn of a group is prefilled once and shared by its G rows. With
+``environment.kv_cache`` (default, on backends that can continue a cache: hf) each episode's KV
+cache is kept from one turn to the next and a turn prefills only what the episode gained since
+(the last sampled token, the observation's template tokens): a turn costs its new tokens, not its
+whole context. Rows of finished episodes leave the cache between turns, and columns no row
+attends to any more are dropped. Without it, every turn re-prefills each episode's whole context.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ class _Episode:
     entropy: list[float] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
     ret: float = 0.0
+    turn_rewards: list[float] = field(default_factory=list)  # the environment's reward of each answered turn
+    cached: int = 0  # ids[:cached] are in the KV cache kept across turns (environment.kv_cache)
     turns: int = 0
     done: bool = False
     terminated: bool = False
@@ -78,6 +84,9 @@ class EpisodeBackend:
         eos_text = self.tokenizer.convert_ids_to_tokens(self.eos_ids[0])
         self.template = TurnTemplate(self.tokenizer, eos_text)
         self._step, self._calls = 0, 0
+        # the KV cache across turns needs a backend that can continue one (hf's decode_turn)
+        self.kv_cache = bool(getattr(env, "kv_cache", True)) and callable(getattr(backend, "decode_turn", None))
+        self._cache, self._cache_rows = None, []
 
     @property
     def learner_step(self) -> int:
@@ -120,6 +129,8 @@ class EpisodeBackend:
 
     def _decode_turn(self, episodes: list[_Episode], live: list[int], shared_group: int, params: SamplingParams):
         """Sampled ids, log-probs and entropies ``[len(live), T]`` of one turn of the ``live`` episodes."""
+        if self.kv_cache:
+            return self._decode_cached(episodes, live, shared_group, params)
         tok = self.tokenizer
         if shared_group:  # first turn, identical prompts per group: prefill each prompt once
             texts = [episodes[i].prompt for i in live[::shared_group]]
@@ -136,6 +147,35 @@ class EpisodeBackend:
         device = next(self.model.parameters()).device
         return self.backend.decode(ids.to(device), att.to(device), shared_group or 1, params)
 
+    def _decode_cached(self, episodes: list[_Episode], live: list[int], shared_group: int, params: SamplingParams):
+        """:meth:`_decode_turn` over the cache the last turn left: only each episode's tokens since then are prefilled.
+
+        Every live episode was decoded last turn (episodes only ever leave), so its cache row holds
+        the prompt and ``ids[:cached]``; this turn prefills ``ids[cached:]`` (the sampled tokens
+        not yet fed, the observation), left-padded into one chunk.
+        """
+        tok = self.tokenizer
+        device = next(self.model.parameters()).device
+        if self._cache is None:  # first turn: the prompts (once per group when the group shares it)
+            texts = [episodes[i].prompt for i in (live[::shared_group] if shared_group else live)]
+            chunks = tok(texts, add_special_tokens=False).input_ids
+            past = None
+        else:
+            where = {e: r for r, e in enumerate(self._cache_rows)}
+            past = self._cache.select(torch.tensor([where[i] for i in live], device=device))
+            chunks = [episodes[i].ids[episodes[i].cached:] for i in live]
+        width = max(len(c) for c in chunks)
+        ids = torch.full((len(chunks), width), self.pad_id, dtype=torch.long, device="cpu")
+        att = torch.zeros((len(chunks), width), dtype=torch.long, device="cpu")
+        for r, c in enumerate(chunks):  # left padding: every row's last column is real
+            ids[r, width - len(c):] = torch.tensor(c, dtype=torch.long, device="cpu")
+            att[r, width - len(c):] = 1
+        tokens, logps, ents, cache = self.backend.decode_turn(ids.to(device), att.to(device), shared_group or 1, params, past)
+        self._cache, self._cache_rows = cache, list(live)
+        for i in live:
+            episodes[i].cached = len(episodes[i].ids)  # before this turn's tokens are added (see _turn)
+        return tokens, logps, ents
+
     def _turn(self, episodes: list[_Episode], params: SamplingParams, first: bool) -> None:
         """One model turn of every live episode, then one environment step of each."""
         c = self.env_cfg
@@ -150,6 +190,8 @@ class EpisodeBackend:
             ep, n = episodes[i], int(mask[r].sum())
             room = c.max_episode_tokens - len(ep.ids)
             ep.add(tokens[r, :min(n, room)].tolist(), 1, logps[r, :min(n, room)].tolist(), ents[r, :min(n, room)].tolist())
+            if self._cache is not None:  # the sampled tokens fed back into the cache: through EOS, at most `fed`
+                ep.cached += min(n, self._cache.fed)
             ep.turns += 1
             text = self.tokenizer.decode(tokens[r, :n].tolist(), skip_special_tokens=True)
             ep.messages.append({"role": "assistant", "content": text})
@@ -165,6 +207,7 @@ class EpisodeBackend:
                 continue
             res = StepResult.of(out.value)
             ep.ret += res.reward
+            ep.turn_rewards.append(float(res.reward))
             for k, v in res.info.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     ep.info[k] = float(v)
@@ -187,6 +230,7 @@ class EpisodeBackend:
     def generate(self, prompt_texts: list[str], rows: list[dict], group_size: int, params: SamplingParams) -> RolloutBatch:
         """``group_size`` episodes per row, prompt-major, as one RolloutBatch with ``action_mask`` and ``episodes``."""
         episodes = self._new_episodes(prompt_texts, rows, group_size)
+        self._cache, self._cache_rows = None, []
         was_training = self.model.training
         self.model.eval()
         try:
@@ -196,6 +240,7 @@ class EpisodeBackend:
                 self._turn(episodes, params, first=t == 0)
         finally:
             self.model.train(was_training)
+            self._cache, self._cache_rows = None, []  # the memory goes with the call
             closers = [ep.env.close for ep in episodes if callable(getattr(ep.env, "close", None))]
             if closers:  # an environment holding a connection or a process lets it go (errors are its own)
                 call_all(closers, self.env_cfg.step_timeout_s)
@@ -230,10 +275,10 @@ class EpisodeBackend:
 def episode_columns(ep: _Episode) -> dict[str, Any]:
     """What an episode hands the reward functions, one column per key (``RolloutBatch.columns``)."""
     return {"env_return": ep.ret, "messages": ep.messages, "turns": ep.turns, "env_terminated": ep.terminated,
-            "env_failed": ep.failed, **{f"env_{k}": v for k, v in ep.info.items()}}
+            "env_failed": ep.failed, "env_turn_rewards": list(ep.turn_rewards), **{f"env_{k}": v for k, v in ep.info.items()}}
 
 
-FIXED_COLUMNS = ("env_return", "messages", "turns", "env_terminated", "env_failed")
+FIXED_COLUMNS = ("env_return", "messages", "turns", "env_terminated", "env_failed", "env_turn_rewards")
 
 
 def episode_metrics(batch: RolloutBatch) -> dict[str, float]:

@@ -189,9 +189,24 @@ class FusedDecoder:
         self.values = [v[keep] for v in self.values]
         self.bias = self.bias[keep]
 
-    def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Logits ``[B, V]`` for the next token after ``tokens [B]`` at rotary ``positions [B]``."""
+    def export(self):
+        """(a transformers ``DynamicCache`` of the filled positions, mask ``[B, L]`` 1 on attended ones): the cache handed back."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        for i, (keys, values) in enumerate(zip(self.keys, self.values)):
+            cache.update(keys[:, :, : self.length], values[:, :, : self.length], i)
+        return cache, (self.bias[:, : self.length] == 0).long()
+
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor, real: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Logits ``[B, V]`` for the next token after ``tokens [B]`` at rotary ``positions [B]``.
+
+        ``real [B]`` (bool): rows whose token is real; the others' are cached but never attended to
+        (finished rows kept in the batch). None: all real.
+        """
         b, g, d, pos = len(tokens), self.n_heads // self.n_kv, self.head_dim, self.length
+        if real is not None:
+            self.bias[:, pos].masked_fill_(~real, float("-inf"))
         h = self.decoder.embed_tokens(tokens)  # [B, H]
         cos, sin = self.decoder.rotary_emb(h.unsqueeze(1), positions.unsqueeze(1))  # [B, 1, d]
         # rotate_half(x) * sin = [-x2, x1] * [s1, s2] = [x2, x1] * [-s1, s2]: the sign goes into sin once per step

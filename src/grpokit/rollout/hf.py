@@ -8,7 +8,8 @@ distribution (temperature, top-k, top-p applied) is recorded on the way.
 
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import torch
 
@@ -98,6 +99,34 @@ def special_ids(model: torch.nn.Module, tokenizer) -> tuple[list[int], int]:
     return eos_ids, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
 
 
+@dataclass
+class TurnCache:
+    """A batch's KV cache between two turns of its episodes (rows = episodes).
+
+    ``cache``: a transformers cache of ``[B, kv, W, d]`` per layer; ``mask [B, W]``: 1 on real
+    tokens, 0 on padding and on what a row was fed after its EOS; ``next_pos [B]``: the rotary
+    position of each row's next token (its count of real tokens); ``fed``: how many of the last
+    turn's sampled tokens went into the cache (the rest, at least the last one, did not).
+    """
+
+    cache: Any
+    mask: torch.Tensor
+    next_pos: torch.Tensor
+    fed: int
+
+    def select(self, rows: torch.Tensor) -> "TurnCache":
+        """The cache of ``rows [B']`` only, without the columns no kept row attends to (in place: this cache is consumed)."""
+        self.cache.reorder_cache(rows)
+        mask = self.mask[rows]
+        used = mask.any(dim=0)
+        if not bool(used.all()):
+            cols = used.nonzero().squeeze(-1)
+            for layer in self.cache.layers:
+                layer.keys, layer.values = layer.keys[:, :, cols], layer.values[:, :, cols]
+            mask = mask[:, cols]
+        return TurnCache(self.cache, mask, self.next_pos[rows], self.fed)
+
+
 class HFBackend:
     """GenerationBackend over a transformers causal LM and its tokenizer.
 
@@ -120,14 +149,25 @@ class HFBackend:
         self.eos_ids, self.pad_id = special_ids(model, tokenizer)
 
     @torch.no_grad()
-    def _decode(self, input_ids: torch.Tensor, attention: torch.Tensor, group_size: int, params: SamplingParams):
-        """Token ids, sampler log-probs and entropies, each ``[B, T]`` (pad / 0 after a row's EOS)."""
+    def _decode(self, input_ids: torch.Tensor, attention: torch.Tensor, group_size: int, params: SamplingParams,
+                past: Optional[TurnCache] = None, keep_cache: bool = False):
+        """Token ids, sampler log-probs and entropies, each ``[B, T]`` (pad / 0 after a row's EOS).
+
+        ``past``: a cache the left-padded ``input_ids`` continue (its rows are ``input_ids``' rows);
+        ``keep_cache``: no row leaves the batch when it finishes (its later inputs are masked) and the
+        cache is returned as a 4th value, a :class:`TurnCache`, for the next call to continue.
+        """
         model, key, device = self.model, cache_kwarg(self.model), input_ids.device
         n = input_ids.shape[0]
         b = n * group_size
         fused = FusedDecoder.build(model, rows_hint=b) if self.fused_decode else None  # None off CPU
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1)
+        past_kwargs = {}
+        if past is not None:  # the chunk's positions continue each row's real tokens
+            positions, attention = positions + past.next_pos[:, None], torch.cat([past.mask, attention], dim=1)
+            past_kwargs = {key: past.cache}
+        out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1,
+                    **past_kwargs)
         cache = output_cache(out)
         expand = torch.arange(n, device=device).repeat_interleave(group_size)
         logits = out.logits[expand, -1]  # [B, V]
@@ -143,25 +183,34 @@ class HFBackend:
         rows = torch.arange(b, device=device)  # the output row of every batch row, in cache order
         live = torch.ones(b, dtype=torch.bool, device=device)  # batch rows still generating
         eos = torch.tensor(self.eos_ids, device=device)
+        fed = 0  # sampled tokens fed back into the cache
         for t in range(params.max_new_tokens):
             tok, lp, ent = next_tokens(logits, params, banned=eos if t < params.min_new_tokens else None)
             tokens[rows[live], t], logps[rows[live], t], entropies[rows[live], t] = tok[live], lp[live], ent[live]
+            real = live  # a row's EOS is fed as a real token; what it samples after is masked out
             live = live & ~torch.isin(tok, eos)
             if t == params.max_new_tokens - 1 or not bool(live.any()):
                 break
             finished = len(live) - int(live.sum())
-            if finished and (fused is None or finished >= self.COMPACT_FRACTION * len(live)):
+            if not keep_cache and finished and (fused is None or finished >= self.COMPACT_FRACTION * len(live)):
                 keep = live.nonzero().squeeze(-1)  # drop finished rows from the batch and the cache
                 fused.keep_rows(keep) if fused is not None else cache.reorder_cache(keep)
                 rows, live, tok, attention, next_pos = rows[keep], live[keep], tok[keep], attention[keep], next_pos[keep]
+                real = live
             if fused is not None:
-                logits = fused.step(tok, next_pos)
+                logits = fused.step(tok, next_pos, real if keep_cache else None)
             else:
-                attention = torch.cat([attention, attention.new_ones(len(tok), 1)], dim=1)
+                column = real.long() if keep_cache else attention.new_ones(len(tok))
+                attention = torch.cat([attention, column[:, None].to(attention.dtype)], dim=1)
                 out = model(input_ids=tok.unsqueeze(-1), attention_mask=attention, position_ids=next_pos.unsqueeze(-1), use_cache=True, **{key: cache})
                 logits = out.logits[:, -1]
-            next_pos = next_pos + 1
-        return tokens, logps, entropies
+            next_pos = next_pos + (real.long() if keep_cache else 1)
+            fed += 1
+        if not keep_cache:
+            return tokens, logps, entropies
+        if fused is not None:
+            cache, attention = fused.export()
+        return tokens, logps, entropies, TurnCache(cache, attention, next_pos, fed)
 
     def decode(self, input_ids: torch.Tensor, attention: torch.Tensor, group_size: int, params: SamplingParams):
         """Sample from left-padded ``input_ids [n, L]``: ids, sampler log-probs, entropies ``[n*group_size, T]`` (pad / 0 after EOS).
@@ -170,6 +219,17 @@ class HFBackend:
         episodes); the caller sets train / eval mode.
         """
         return self._decode(input_ids, attention, group_size, params)
+
+    def decode_turn(self, input_ids: torch.Tensor, attention: torch.Tensor, group_size: int, params: SamplingParams,
+                    past: Optional[TurnCache] = None):
+        """:meth:`decode` continuing ``past`` (None: a fresh context) and returning the cache to continue next turn.
+
+        ``input_ids [n, C]``: each row's tokens since ``past`` (left-padded, ``attention`` 1 on real
+        ones); returns ids, log-probs, entropies ``[n*group_size, T]`` and a :class:`TurnCache` whose
+        rows hold the context, the chunk and the first ``fed`` sampled tokens of every row (those
+        after a row's EOS masked out). The caller sets train / eval mode.
+        """
+        return self._decode(input_ids, attention, group_size, params, past=past, keep_cache=True)
 
     @torch.no_grad()
     def generate(

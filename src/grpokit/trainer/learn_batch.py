@@ -74,6 +74,13 @@ class LearnBatch:
             setattr(self, name, full)
         full[rows, : values.shape[1]] = values
 
+    def row_adv(self) -> torch.Tensor:
+        """``[B]`` one advantage per row: ``adv`` itself, or its mean over the row's loss tokens when it is per unit."""
+        if self.adv.dim() == 1:
+            return self.adv
+        mask = self.mask.to(self.adv.dtype)
+        return (self.adv * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+
     def micro(self, rows: torch.Tensor, units: int) -> dict[str, Optional[torch.Tensor]]:
         """The fields of micro-batch ``rows``, per-unit ones cut to ``units`` columns (None stays None)."""
         out: dict[str, Optional[torch.Tensor]] = {}

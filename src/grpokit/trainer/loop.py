@@ -159,7 +159,7 @@ class Trainer:
             "time/learn_s": t_learn,
             "time/step_s": time.perf_counter() - t0,
         }
-        self._log_samples(batch, scores, lb.adv[: len(batch)])
+        self._log_samples(batch, scores, lb.row_adv()[: len(batch)])
         self._step_start = None  # the step is complete: nothing to rewind
         return metrics
 

@@ -307,6 +307,11 @@ def batch_stages(cfg: Config) -> list:
         stages.append(InformativeGroups())
     if cfg.algorithm.plan_delimiter:
         stages.append(PlanSpans(cfg.algorithm.plan_delimiter))
+    if cfg.environment.name and cfg.environment.credit == "reward_to_go":  # last: it replaces the advantages
+        from grpokit.trainer.stages import TurnCredit
+
+        env_weight = sum(r.weight for r in cfg.rewards if r.name == "env_return")
+        stages.append(TurnCredit(cfg.environment.turn_discount, env_weight))
     return stages
 
 

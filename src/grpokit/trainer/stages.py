@@ -49,6 +49,45 @@ class PlanSpans:
         return lb, {"spans/plan_frac": frac}
 
 
+class TurnCredit:
+    """``environment.credit: reward_to_go``: each turn's tokens get the advantage of the reward from that turn on.
+
+    The step's reward ``R_i`` (the fixed combiner's weighted sum) is split over the episode's turns:
+    turn ``k`` carries ``w * r_{i,k}``, the environment's step reward times the weight of the
+    ``env_return`` reward (0 without one), and the last answered turn also carries the rest of
+    ``R_i`` (the other rewards judge the whole episode). Advantages are then
+    :func:`~grpokit.algos.turn_credit.reward_to_go_advantages` ``[B, U]``.
+    """
+
+    def __init__(self, gamma: float, env_weight: float) -> None:
+        self.gamma, self.env_weight = gamma, env_weight
+
+    def turn_rewards(self, lb: LearnBatch) -> torch.Tensor:
+        """``[B, K]`` per-turn rewards whose row sums are the step's rewards."""
+        episodes = lb.rollout.episodes
+        rewards = lb.rewards.nan_to_num(0.0)
+        k = max([len(e["env_turn_rewards"]) for e in episodes] + [1])
+        out = torch.zeros(len(episodes), k, dtype=rewards.dtype, device=rewards.device)
+        for i, e in enumerate(episodes):
+            turns = e["env_turn_rewards"]
+            if turns:
+                out[i, : len(turns)] = self.env_weight * torch.tensor(turns, dtype=rewards.dtype, device=rewards.device)
+            out[i, max(len(turns) - 1, 0)] += rewards[i] - self.env_weight * float(e["env_return"])
+        return out
+
+    def __call__(self, trainer: Any, lb: LearnBatch, scores: Any) -> tuple[LearnBatch, dict[str, float]]:
+        from grpokit.algos.turn_credit import reward_to_go_advantages
+
+        algo = trainer.cfg.algorithm
+        scale = "none" if algo.advantage == "dr_grpo" else algo.scale
+        adv = reward_to_go_advantages(self.turn_rewards(lb), lb.rollout.group_ids.to(lb.rewards.device), lb.rollout.action_mask,
+                                      gamma=self.gamma, scale=scale, std_mode=algo.std_mode, std_eps=algo.std_eps)
+        on = lb.rollout.action_mask.bool()
+        spread = [float(a[m].max() - a[m].min()) for a, m in zip(adv, on) if bool(m.any())]
+        lb.adv = adv.to(lb.adv.dtype)
+        return lb, {"credit/turn_spread": sum(spread) / max(len(spread), 1)}  # 0: every turn got its episode's advantage
+
+
 class ReferenceSync:
     """Update hook (``setup.update_hooks``): humanline syncing, pi_ref <- the pre-update policy every k updates.
 

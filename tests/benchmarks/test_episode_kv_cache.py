@@ -1,0 +1,10 @@
+"""benchmarks/episode_kv_cache.py --dry-run: episodes with the KV cache kept across turns against full prefills."""
+
+import re
+
+
+def test_episode_kv_cache_dry_run_prints_the_speedup_and_fewer_prefilled_tokens(dry_run):
+    stdout = dry_run("benchmarks/episode_kv_cache.py")
+    match = re.fullmatch(r"speedup=(\d+\.\d\d) prefill_ratio=(\d+\.\d\d)", stdout.strip().splitlines()[-1])
+    assert match, stdout
+    assert float(match.group(2)) > 1.0  # the cache prefills fewer tokens than re-prefilling every turn
