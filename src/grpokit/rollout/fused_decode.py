@@ -195,7 +195,8 @@ class FusedDecoder:
 
         cache = DynamicCache()
         for i, (keys, values) in enumerate(zip(self.keys, self.values)):
-            cache.update(keys[:, :, : self.length], values[:, :, : self.length], i)
+            cache.update(keys[:, :, :0], values[:, :, :0], i)  # creates the layer; then views of the buffers, no copy
+            cache.layers[i].keys, cache.layers[i].values = keys[:, :, : self.length], values[:, :, : self.length]
         return cache, (self.bias[:, : self.length] == 0).long()
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, real: Optional[torch.Tensor] = None) -> torch.Tensor:

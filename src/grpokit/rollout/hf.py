@@ -173,6 +173,9 @@ class HFBackend:
         logits = out.logits[expand, -1]  # [B, V]
         if fused is not None:
             fused.start(cache, attention, expand, params.max_new_tokens)
+            if past is not None:  # the caller's cache object: its tensors are the fused decoder's copy now
+                for layer in past.cache.layers:
+                    layer.keys = layer.values = None
             cache = out = None
         elif group_size > 1:
             cache.reorder_cache(expand)
