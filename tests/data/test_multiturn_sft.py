@@ -32,6 +32,15 @@ def test_a_conversation_completion_trains_only_the_assistant_turns_through_their
     assert ids[first_end : first_end + len(between)] == between
 
 
+def test_an_assistant_message_of_weight_0_is_context_not_a_target():
+    _, tok = tiny_model_and_tokenizer()
+    noisy = {**ROW, "completion": [{**ROW["completion"][0], "weight": 0}, *ROW["completion"][1:]]}
+    ex, clean = encoded(tok, noisy), encoded(tok)
+    assert ex.completions[0] == clean.completions[0]  # the same tokens ...
+    trained = tok.decode([i for i, m in zip(ex.completions[0], ex.loss_masks[0]) if m])
+    assert trained == "stop<|im_end|>"  # ... but the noise turn "forward, forward" is not imitated
+
+
 def test_a_single_assistant_message_and_a_string_completion_train_every_token():
     _, tok = tiny_model_and_tokenizer()
     assert encoded(tok, {"prompt": "hi", "completion": "hello"}).loss_masks == []

@@ -16,6 +16,7 @@ def test_expert_episodes_become_conversations_of_turns_and_observations():
         roles = [m["role"] for m in sft["completion"]]
         assert roles == ["assistant", "user"] * (len(row["expert_turns"]) - 1) + ["assistant"]
         assert [m["content"] for m in sft["completion"] if m["role"] == "assistant"] == row["expert_turns"]
+        assert [m.get("weight", 1) for m in sft["completion"] if m["role"] == "assistant"] == row["expert_weights"]
         assert all("You face" in m["content"] for m in sft["completion"] if m["role"] == "user")
         assert sft["prompt"] == row["prompt"] and "answer" not in sft
 

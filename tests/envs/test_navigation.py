@@ -38,7 +38,37 @@ def test_the_expert_path_succeeds_and_the_world_is_a_function_of_the_seed(rows):
         for turn in row["expert_turns"]:
             result = env.step(turn)
         assert result.terminated and result.info["success"] == 1.0 and result.reward == pytest.approx(10.0)  # d = 1
-        assert result.info["steps"] == row["n_gt"] and "door" in row["prompt"]
+        assert result.info["steps"] <= step_budget(row["n_gt"]) and "door" in row["prompt"]  # noise turns fit the budget
+        noise = [t for t, w in zip(row["expert_turns"], row["expert_weights"]) if w == 0]
+        assert row["expert_turns"][-1] == "stop" and "stop" not in " ".join(row["expert_turns"][:-1])
+        assert len(noise) <= 2 and (noise or result.info["steps"] == row["n_gt"])  # a clean demonstration is the shortest path
+    assert sum(0 in row["expert_weights"] for row in rows) >= 3  # noise reached some demonstrations (p = 0.3 per turn)
+
+
+def test_dart_noise_turns_are_recovered_from_and_noise_0_is_the_clean_path():
+    from grpokit.envs.navigation import expert_turns, noisy_expert_turns
+
+    env, noisy = environment_factory("text_navigation")(), 0
+    for seed in range(30):
+        ep = navigation_episode(seed)
+        assert noisy_expert_turns(ep, seed, noise=0.0) == (expert_turns(ep["expert"]), [1] * len(expert_turns(ep["expert"])))
+        turns, weights = noisy_expert_turns(ep, seed, noise=1.0)
+        assert (turns, weights) == noisy_expert_turns(ep, seed, noise=1.0)  # seeded
+        assert weights[-1] == 1 and turns[-1] == "stop" and weights.count(0) <= 2
+        noisy += 0 in weights
+        env.reset({"world_seed": seed})
+        for turn in turns:  # the expert recovers from every noise turn and still ends within the step budget
+            result = env.step(turn)
+        assert result.terminated and result.info["success"] == 1.0 and not result.info["pruned"]
+    assert noisy >= 20  # at noise 1, most demonstrations carry noise (the rest had no room in their budget)
+
+
+def test_the_expert_stops_in_a_turn_of_its_own_after_seeing_the_goal():
+    from grpokit.envs.navigation import expert_turns
+
+    assert expert_turns(["forward", "forward", "turn left", "forward", "stop"]) == ["forward, forward, turn left", "forward", "stop"]
+    assert expert_turns(["forward", "forward", "stop"]) == ["forward, forward", "stop"]
+    assert expert_turns(["stop"]) == ["stop"]
 
 
 def test_the_step_after_the_budget_ends_the_episode_as_a_failure(rows):

@@ -228,7 +228,8 @@ def _conversation_ids(
     adds. An assistant message's header (the template's generation prompt) and whatever follows its
     end-of-turn token are masked, as are user and tool messages, so the loss covers exactly the
     tokens the policy writes in a multi-turn episode (TRL's ``assistant_only_loss``; ActiveVLN's
-    imitation stage, arXiv 2509.12618 §IV: the loss on action tokens only).
+    imitation stage, arXiv 2509.12618 §IV: the loss on action tokens only). An assistant message
+    with ``"weight": 0`` is context, not a target (Axolotl's per-message ``weight``).
     """
     prompt = row["prompt"] if is_conversation(row["prompt"]) else [{"role": "user", "content": row["prompt"]}]
     if system_prompt is not None and not any(m["role"] == "system" for m in prompt):
@@ -239,7 +240,7 @@ def _conversation_ids(
         text = tokenizer.apply_chat_template(history + [message], tokenize=False)
         if message["role"] == "assistant":
             header = tokenizer.apply_chat_template(history, tokenize=False, add_generation_prompt=True) if k else prompt_text
-            pieces = [(header[len(done):], 0), (text[len(header):], 1)]
+            pieces = [(header[len(done):], 0), (text[len(header):], 1 if message.get("weight", 1) else 0)]
         else:
             pieces = [(text[len(done):], 0)]
         if not text.startswith(done) or (message["role"] == "assistant" and not (header.startswith(done) and text.startswith(header))):

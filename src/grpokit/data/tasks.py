@@ -288,20 +288,23 @@ def tool_arithmetic(seed: int, n_train: int, n_heldout: int, *, digits: int = 3,
 
 
 @TASKS.register("text_navigation")
-def text_navigation(seed: int, n_train: int, n_heldout: int, *, rooms: int = 2, room_size: int = 4) -> TaskSplits:
+def text_navigation(seed: int, n_train: int, n_heldout: int, *, rooms: int = 2, room_size: int = 4, noise: float = 0.3) -> TaskSplits:
     """Instruction-following episodes for the ``text_navigation`` environment (ActiveVLN in miniature).
 
     Each row is one seeded world (``world_seed``): ``prompt`` is the instruction, the action format
-    and the start view; ``answer`` and ``expert_turns`` hold the expert's shortest action path (for
-    imitation), ``n_gt`` its primitive moves (the step budget's base).
+    and the start view; ``answer`` holds the expert's shortest action path, ``n_gt`` its primitive
+    moves (the step budget's base); ``expert_turns`` / ``expert_weights`` the demonstration for
+    imitation: the expert's turns with DART noise turns of weight 0 injected with probability
+    ``noise`` (:func:`grpokit.envs.navigation.noisy_expert_turns`; 0 = the clean path).
     """
-    from grpokit.envs.navigation import expert_turns, navigation_episode, navigation_prompt
+    from grpokit.envs.navigation import navigation_episode, navigation_prompt, noisy_expert_turns
 
     def draw(rng: random.Random) -> dict:
         world_seed = rng.randrange(10**9)
         ep = navigation_episode(world_seed, rooms, room_size)
+        turns, weights = noisy_expert_turns(ep, world_seed, noise=noise)
         return {"prompt": navigation_prompt(ep), "answer": ", ".join(ep["expert"]), "world_seed": world_seed,
-                "expert_turns": expert_turns(ep["expert"]), "n_gt": len(ep["expert"]) - 1, "task": "text_navigation",
+                "expert_turns": turns, "expert_weights": weights, "n_gt": len(ep["expert"]) - 1, "task": "text_navigation",
                 "environment": "text_navigation"}
 
     return _sample_splits("text_navigation", seed, n_train, n_heldout, draw, enlarge="room_size")

@@ -4,8 +4,10 @@ ActiveVLN's first stage (Zhang et al., arXiv 2509.12618, §IV): imitation on a s
 trajectories, the loss on the action tokens only. A task whose rows carry ``expert_turns`` (and
 name their ``environment``) becomes SFT rows in TRL's prompt-completion format: ``prompt`` is the
 row's prompt, ``completion`` the conversation of expert turns (assistant messages) and the
-environment's observations between them (user / tool messages). The offline SFT stage trains
-only the assistant messages' tokens (:func:`grpokit.data.offline._conversation_ids`), so the
+environment's observations between them (user / tool messages); a turn whose
+``expert_weights`` entry is 0 (a noise turn the expert did not choose) becomes an assistant
+message with ``"weight": 0``. The offline SFT stage trains only the assistant messages' tokens,
+those of weight 0 excepted (:func:`grpokit.data.offline._conversation_ids`), so the
 learner sees the same token layout as a multi-turn episode.
 """
 
@@ -29,9 +31,10 @@ def expert_conversation(env: Any, row: dict[str, Any], observation_role: str = "
         raise ValueError("imitation rows need environments whose first observation is the row's prompt (reset returns '') "
                          "or a list of chat messages")
     prompt = first if first else row["prompt"]
-    messages: list[dict[str, str]] = []
-    for turn in row["expert_turns"]:
-        messages.append({"role": "assistant", "content": turn})
+    messages: list[dict[str, Any]] = []
+    weights = row.get("expert_weights") or [1] * len(row["expert_turns"])
+    for turn, weight in zip(row["expert_turns"], weights):
+        messages.append({"role": "assistant", "content": turn} if weight else {"role": "assistant", "content": turn, "weight": 0})
         result = StepResult.of(env.step(turn))
         if result.terminated or result.truncated:
             break
