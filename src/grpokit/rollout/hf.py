@@ -199,7 +199,6 @@ class HFBackend:
                 keep = live.nonzero().squeeze(-1)  # drop finished rows from the batch and the cache
                 fused.keep_rows(keep) if fused is not None else cache.reorder_cache(keep)
                 rows, live, tok, attention, next_pos = rows[keep], live[keep], tok[keep], attention[keep], next_pos[keep]
-                real = live
             if fused is not None:
                 logits = fused.step(tok, next_pos, real if keep_cache else None)
             else:
