@@ -33,6 +33,7 @@ def guess_cfg(tmp_path, *extra, rewards=SOLVED):
     (("environment.name=null", "data.task=arithmetic", "data.task_options={}"), "reward 'env_return' reads an environment episode"),
     (("environment.credit=reward_to_go", "algorithm.advantage=rloo"), "use advantage grpo or dr_grpo"),
     (("environment.credit=reward_to_go", "reward_combiner.name=normalize_sum"), "use the fixed combiner"),
+    (("environment.credit=reward_to_go", "rewards=[{name: env_info, kwargs: {key: solved}}]"), "add {name: env_return}"),
 ])
 def test_an_environment_run_that_cannot_work_is_refused_in_one_line(tmp_path, extra, expected):
     with pytest.raises(RunContractError) as err:

@@ -107,7 +107,7 @@ class EnvironmentConfig:
     step_timeout_s: float = opt(30.0, "seconds a reset() or step() may take before its episode fails (0 = no limit)", ge=0)
     on_error: str = opt("fail_episode", "an environment that raises or times out: end its episode as a failure, or stop the run", choices=["fail_episode", "raise"])
     observation_role: str = opt("user", "chat role of text observations (a list of messages keeps its own roles)", choices=["user", "tool"])
-    credit: str = opt("episode", "advantage of a turn's tokens: episode (the group-standardised episode reward on every turn, GRPO / ActiveVLN) or reward_to_go (each turn credited with the reward from that turn on; needs algorithm.advantage grpo or dr_grpo and the fixed reward combiner)", choices=["episode", "reward_to_go"])
+    credit: str = opt("episode", "advantage of a turn's tokens: episode (the group-standardised episode reward on every turn, GRPO / ActiveVLN) or reward_to_go (each turn credited with the reward from that turn on; needs algorithm.advantage grpo or dr_grpo, the fixed reward combiner and an env_return reward)", choices=["episode", "reward_to_go"])
     turn_discount: float = opt(1.0, "reward_to_go credit: gamma, the discount per turn of later turns' rewards", ge=0, le=1)
     kv_cache: bool = opt(True, "keep each episode's KV cache from one turn to the next and prefill only the new tokens (the last sampled token, the observation); false = prefill the whole context every turn (hf backend)")
 

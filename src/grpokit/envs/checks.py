@@ -42,6 +42,9 @@ def environment_problem(cfg: Any) -> Optional[str]:
         if cfg.algorithm.advantage not in ("grpo", "dr_grpo") or cfg.algorithm.scale == "batch":
             return (f"environment.credit=reward_to_go computes GRPO's group-standardised advantages per turn, not algorithm.advantage="
                     f"{cfg.algorithm.advantage} with scale {cfg.algorithm.scale}: use advantage grpo or dr_grpo (scale group or none)")
+        if not any(r.name == "env_return" and r.weight for r in cfg.rewards):
+            return ("environment.credit=reward_to_go splits the env_return reward over turns, and no reward is env_return "
+                    "with a weight: add {name: env_return} to rewards or use credit=episode")
         if cfg.reward_combiner.name != "fixed":
             return (f"environment.credit=reward_to_go splits a weighted sum of rewards over turns, not reward_combiner.name="
                     f"{cfg.reward_combiner.name}: use the fixed combiner or credit=episode")

@@ -217,19 +217,6 @@ def navigation_prompt(ep: dict[str, Any]) -> str:
     return f"{ep['instruction']} {NAV_FORMAT}\n{describe(ep['world'], ep['start'])}"
 
 
-def expert_turns(actions: list[str], per_turn: int = 3) -> list[str]:
-    """The expert's moves chunked into turns of up to ``per_turn`` ("forward, forward, turn left"), then "stop" alone.
-
-    The expert stops in a turn of its own, after the observation that shows the goal next to it,
-    so an imitating policy learns to stop on what it sees rather than after a count of turns; a
-    policy that loses its way then keeps exploring, the long tail that dynamic early stopping
-    prunes [grpokit's choice: the paper chunks R2R's expert actions, its stop included].
-    """
-    moves = actions[:-1] if actions and actions[-1] == "stop" else actions
-    turns = [", ".join(moves[i : i + per_turn]) for i in range(0, len(moves), per_turn)]
-    return turns + ["stop"] if len(moves) < len(actions) else turns
-
-
 def noisy_expert_turns(ep: dict[str, Any], seed: int, *, noise: float = 0.3, max_noisy: int = 2, per_turn: int = 3,
                        tol: float = 2.0, n_max: int = 120) -> tuple[list[str], list[int]]:
     """The expert's turns with injected noise, and each turn's loss weight (0: a noise turn).
@@ -240,7 +227,9 @@ def noisy_expert_turns(ep: dict[str, Any], seed: int, *, noise: float = 0.3, max
     expert then re-plans from where they left it. Noise turns carry weight 0 (observed, not
     imitated), so the demonstrations show recoveries and episodes of every length, and the stop
     is learnt from the view of the goal rather than from a count of turns [grpokit's choice: the
-    paper imitates clean R2R expert paths]. Seeded by ``seed``; noise 0 gives :func:`expert_turns`.
+    paper chunks clean R2R expert paths, its stop included]. The expert's stop is a turn of its
+    own, after the view of the goal. Seeded by ``seed``; noise 0 gives the clean path in turns of
+    up to ``per_turn`` moves.
     """
     rng = random.Random(f"grpokit/text_navigation/noise/{seed}")
     world, goal, agent = ep["world"], ep["goal"], ep["start"]
@@ -295,27 +284,25 @@ class TextNavigation:
     def _distance(self) -> float:
         return math.dist(self.agent[:2], self.goal)
 
+    def _info(self, **flags: bool) -> dict[str, float]:
+        info = {"distance": self._distance(), "steps": float(self.steps), "n_gt": float(self.n_gt),
+                "blocked": float(self.blocked), "budget": float(self.budget)}
+        return {**info, **{k: float(v) for k, v in flags.items()}}
+
     def _end(self, reward: float, *, success: bool = False, pruned: bool = False, malformed: bool = False) -> StepResult:
-        info = {"success": float(success), "distance": self._distance(), "steps": float(self.steps),
-                "pruned": float(pruned), "malformed": float(malformed), "n_gt": float(self.n_gt), "blocked": float(self.blocked),
-                "budget": float(self.budget)}
-        return StepResult("", reward, terminated=True, info=info)
+        return StepResult("", reward, terminated=True, info=self._info(success=success, pruned=pruned, malformed=malformed))
 
     def step(self, action: str) -> StepResult:
         actions = parse_turn(action, self.per_turn)
         if actions is None:
             return self._end(0.0, malformed=True)
-        blocked = 0
         for act in actions:
             if act == "stop":
                 reward = weighted_success(True, self._distance(), success_distance=self.success_distance, r_base=self.r_base)
                 return self._end(reward, success=self._distance() <= self.success_distance)
             self.steps += 1
             self.agent, bumped = move(self.world, self.agent, act, self.goal)
-            blocked += bumped
+            self.blocked += bumped
             if self.early_stopping and self.steps > self.budget:
                 return self._end(0.0, pruned=True)
-        self.blocked += blocked
-        info = {"steps": float(self.steps), "distance": self._distance(), "success": 0.0, "n_gt": float(self.n_gt),
-                "blocked": float(self.blocked), "budget": float(self.budget)}
-        return StepResult(describe(self.world, self.agent), 0.0, info=info)
+        return StepResult(describe(self.world, self.agent), 0.0, info=self._info(success=False))
