@@ -57,8 +57,11 @@ def train_minutes(run_dir: Path) -> float:
     return rows[-1]["time/elapsed_s"] / 60 if rows else 0.0
 
 
-def heldout_success(model: str, overrides: list[str], out: Path) -> float:
-    """Held-out success of ``model``: greedy episodes on the ``activevln`` preset's held-out worlds.
+def heldout_eval(model: str, overrides: list[str], out: Path) -> dict:
+    """Held-out evaluation of ``model``: greedy episodes on the ``activevln`` preset's held-out worlds.
+
+    Returns ``accuracy`` (success rate) and the episodes' mean ``env/*`` info (``env/spl``,
+    ``env/steps``, ``env/blocked``, ...).
 
     Every evaluation of the benchmark (base model, after imitation, after each GRPO arm) uses the
     same protocol: early stopping off, only the 40-turn budget ends an episode, so neither arm is
@@ -67,9 +70,10 @@ def heldout_success(model: str, overrides: list[str], out: Path) -> float:
     from grpokit.config import load_config
     from grpokit.trainer.loop import Trainer
 
+    options = {**load_config(preset="activevln", overrides=overrides).environment.options, "early_stopping": False}
     cfg = load_config(preset="activevln", overrides=[*overrides, f"model.name={model}", f"logging.output_dir={out}",
-                                                      "environment.options=" + json.dumps({"early_stopping": False})])
-    return Trainer(cfg).evaluate("heldout")["accuracy"]
+                                                      "environment.options=" + json.dumps(options)])
+    return Trainer(cfg).evaluate("heldout")
 
 
 def stage2_stats(run_dir: Path, batch: int) -> dict:
@@ -110,12 +114,12 @@ def main(argv: list[str] | None = None) -> int:
         sets += ["data.n_train=8", "data.n_heldout=4", "rollout.prompts_per_step=2", "environment.max_turns=3"]
         a.sft_steps, a.grpo_steps = min(a.sft_steps, 2), 2
     cli = [x for kv in sets for x in ("--set", kv)]
-    start = heldout_success(base_model, sets, out / "eval_base")
+    start = heldout_eval(base_model, sets, out / "eval_base")["accuracy"]
     sft = Path(a.sft_dir) if a.sft_dir else out / "sft"
     if not a.sft_dir:
         run(["--preset", "activevln_sft", *cli, "--set", f"model.name={base_model}", "--set", f"logging.output_dir={sft}",
              "--set", f"train.steps={a.sft_steps}", "--set", "eval.before=false", "--set", "eval.after=false"])
-    imitation = heldout_success(str(sft), sets, out / "eval_sft")
+    imitation = heldout_eval(str(sft), sets, out / "eval_sft")["accuracy"]
     from grpokit.config import load_config
 
     cfg = load_config(preset="activevln", overrides=sets)
@@ -132,14 +136,16 @@ def main(argv: list[str] | None = None) -> int:
         run(["--preset", "activevln", *cli, "--set", f"model.name={sft}", "--set", f"logging.output_dir={run_dir}",
              "--set", f"train.steps={steps}", "--set", f"train.max_minutes={minutes}", "--set", "eval.before=false",
              "--set", "eval.after=false", "--set", "environment.options=" + json.dumps(options)])
-        results[on] = {**stage2_stats(run_dir, batch), "after": heldout_success(str(run_dir), sets, out / f"eval_{run_dir.name}")}
+        held = heldout_eval(str(run_dir), sets, out / f"eval_{run_dir.name}")
+        results[on] = {**stage2_stats(run_dir, batch), "after": held["accuracy"], "spl": held.get("env/spl", float("nan")),
+                       "eval_steps": held.get("env/steps", float("nan"))}
         steps, minutes = results[on]["steps"], 0.0
     print("Held-out success: greedy episodes on the held-out worlds, early stopping off in every evaluation.")
     print(f"base model {start:.1%}; after imitation ({sft_minutes:.1f} min) {imitation:.1%}")
-    print("| stage 2 | after GRPO | rollout tokens | mean turns | pruned episodes | train reward | minutes | steps |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| stage 2 | after GRPO | held-out SPL | held-out moves | rollout tokens | mean turns | pruned episodes | train reward | minutes | steps |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for on, r in results.items():
-        print(f"| early stopping {'on' if on else 'off'} | {r['after']:.1%} | {r['tokens']:.0f} | {r['turns']:.2f} | "
+        print(f"| early stopping {'on' if on else 'off'} | {r['after']:.1%} | {r['spl']:.3f} | {r['eval_steps']:.1f} | {r['tokens']:.0f} | {r['turns']:.2f} | "
               f"{r['pruned']:.1%} | {r['reward']:.2f} | {r['minutes']:.1f} | {r['steps']} |")
     on, off = results.get(True), results.get(False)
     line = f"success_gain_pp={100 * ((on or off)['after'] - start):.1f} training_minutes={sft_minutes + (on or off)['minutes']:.1f}"

@@ -42,6 +42,7 @@ def test_the_expert_path_succeeds_and_the_world_is_a_function_of_the_seed(rows):
         noise = [t for t, w in zip(row["expert_turns"], row["expert_weights"]) if w == 0]
         assert row["expert_turns"][-1] == "stop" and "stop" not in " ".join(row["expert_turns"][:-1])
         assert len(noise) <= 2 and (noise or result.info["steps"] == row["n_gt"])  # a clean demonstration is the shortest path
+        assert result.info["spl"] == pytest.approx(row["n_gt"] / result.info["steps"])  # SPL: 1 on the shortest path
     assert sum(0 in row["expert_weights"] for row in rows) >= 3  # noise reached some demonstrations (p = 0.3 per turn)
 
 
@@ -92,6 +93,7 @@ def test_the_step_after_the_budget_ends_the_episode_as_a_failure(rows):
         assert not env.step("turn left").terminated
     result = env.step("turn left")  # executed step budget + 1
     assert result.terminated and result.reward == 0.0 and result.info["pruned"] == 1.0 and result.info["steps"] == budget + 1
+    assert result.info["spl"] == 0.0  # a failure
     env = environment_factory("text_navigation")(early_stopping=False)
     env.reset(row)
     for _ in range(budget):
@@ -103,3 +105,24 @@ def test_a_malformed_turn_ends_the_episode_as_a_failure(rows):
     env.reset(rows[0])
     result = env.step("I will walk to the door")
     assert result.terminated and result.reward == 0.0 and result.info["malformed"] == 1.0
+
+
+def test_the_world_size_travels_with_the_row_and_colours_name_one_door():
+    from grpokit.envs.navigation import make_world
+    import random
+
+    rows = TASKS.get("text_navigation")(0, 10, 2, rooms=3).train
+    env = environment_factory("text_navigation")()
+    for row in rows:
+        assert (row["rooms"], row["room_size"]) == (3, 4)
+        env.reset(row)
+        assert env.world.rooms == 3  # the row's world, not a default one
+        for turn in row["expert_turns"]:
+            result = env.step(turn)
+        assert result.info["success"] == 1.0
+        colours = [colour for colour, _ in env.world.doors.values()]
+        assert len(colours) == 12 and len(set(colours)) == 12  # "the red door" is one door
+        assert len({colour for colour, _, _ in env.world.objects.values()}) == 9
+    assert make_world(random.Random(0), 2, 4) == make_world(random.Random(0), 2, 4)
+    with pytest.raises(ValueError, match="rooms <= 3"):
+        make_world(random.Random(0), 4, 4)

@@ -304,6 +304,7 @@ def text_navigation(seed: int, n_train: int, n_heldout: int, *, rooms: int = 2, 
         ep = navigation_episode(world_seed, rooms, room_size)
         turns, weights = noisy_expert_turns(ep, world_seed, noise=noise)
         return {"prompt": navigation_prompt(ep), "answer": ", ".join(ep["expert"]), "world_seed": world_seed,
+                "rooms": rooms, "room_size": room_size,
                 "expert_turns": turns, "expert_weights": weights, "n_gt": len(ep["expert"]) - 1, "task": "text_navigation",
                 "environment": "text_navigation"}
 

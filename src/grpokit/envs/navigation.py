@@ -16,8 +16,9 @@ What carries over from the paper, with a text world in place of Habitat's VLN-CE
   a failure (R = 0) as soon as executed steps exceed it; the turn budget is
   ``environment.max_turns`` (the paper: 40).
 
-The world: ``rooms x rooms`` square rooms of ``room_size`` cells; neighbouring rooms share a wall
-with one coloured door in its middle; each room holds one coloured object. The instruction names
+The world: ``rooms x rooms`` square rooms of ``room_size`` cells (the row's ``rooms`` and
+``room_size``, the task's options: 2 x 2 or 3 x 3); neighbouring rooms share a wall with one door,
+each door a colour of its own; each room holds one object, each a colour of its own. The instruction names
 the door the expert path goes through first and the goal object ("go through the red door, then
 stop at the blue box"). Observations describe, in the agent's frame, what its room holds (objects
 and doors, ahead / left / right / behind, and how many steps away), and the object right in front
@@ -30,6 +31,9 @@ the imitated policy then stops on the sight of the goal rather than after a coun
 when it loses its way it keeps exploring. That long tail is what the paper's early stopping
 prunes; with clean, uniformly chunked demonstrations the 135M policy stopped (mostly in the
 wrong place) within ~2.4 turns, and early stopping saved 0.6% of the rollout tokens (measured).
+The ``activevln`` presets use 3 x 3 rooms: in 2 x 2 worlds a wandering episode soon finds the goal
+room (two thirds of the imitated policy's successes came after 2 x N_gt moves, measured), unlike
+R2R's many-room houses, and GRPO without early stopping learned that search instead of the route.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from typing import Any, Optional
 from grpokit.envs.base import ENVIRONMENTS, StepResult
 
 COLOURS = ("red", "blue", "green", "yellow", "purple", "white", "orange", "grey")
+EXTRA_COLOURS = ("black", "pink", "brown", "cyan")  # 3 x 3 worlds: 12 doors
 OBJECTS = ("box", "ball", "chair", "lamp", "plant", "table")
 HEADINGS = ((0, -1), (1, 0), (0, 1), (-1, 0))  # north, east, south, west (y grows south)
 ACTION = re.compile(r"^\s*(forward|turn left|turn right|stop)\s*$")
@@ -97,8 +102,17 @@ class World:
 
 
 def make_world(rng: random.Random, rooms: int = 2, room_size: int = 4) -> World:
-    """A seeded world: a door in every wall between neighbouring rooms, one object per room, colours unique."""
-    door_colours = rng.sample(COLOURS, k=min(len(COLOURS), 2 * rooms * (rooms - 1)))
+    """A seeded world: a door in every wall between neighbouring rooms, one object per room, colours unique.
+
+    Door colours are unique in the world (so "the red door" names one door) and object colours are
+    unique too; 2 x 2 worlds draw from :data:`COLOURS`, 3 x 3 worlds (12 doors) from
+    ``COLOURS + EXTRA_COLOURS`` (2 x 2 worlds are unchanged by the extra colours).
+    """
+    n_doors = 2 * rooms * (rooms - 1)
+    palette = COLOURS if max(n_doors, rooms * rooms) <= len(COLOURS) else COLOURS + EXTRA_COLOURS
+    if max(n_doors, rooms * rooms) > len(palette):
+        raise ValueError(f"text_navigation: rooms={rooms} needs {n_doors} door colours, only {len(palette)} exist; use rooms <= 3")
+    door_colours = rng.sample(palette, k=n_doors)
     doors, k = {}, 0
     for ry in range(rooms):
         for rx in range(rooms):
@@ -106,9 +120,9 @@ def make_world(rng: random.Random, rooms: int = 2, room_size: int = 4) -> World:
                 if nx < rooms and ny < rooms:
                     mid = rng.randrange(1, room_size - 1)
                     cell = ((nx * room_size, ry * room_size + mid) if nx > rx else (rx * room_size + mid, ny * room_size))
-                    doors[frozenset(((rx, ry), (nx, ny)))] = (door_colours[k % len(door_colours)], cell)
+                    doors[frozenset(((rx, ry), (nx, ny)))] = (door_colours[k], cell)
                     k += 1
-    object_colours = rng.sample(COLOURS, k=rooms * rooms) if rooms * rooms <= len(COLOURS) else [rng.choice(COLOURS) for _ in range(rooms * rooms)]
+    object_colours = rng.sample(palette, k=rooms * rooms)
     objects = {}
     for i, room in enumerate((rx, ry) for ry in range(rooms) for rx in range(rooms)):
         x = room[0] * room_size + rng.randrange(1, room_size - 1)
@@ -265,16 +279,19 @@ class TextNavigation:
     info: ``success``, ``distance`` (m, at the end), ``steps`` (executed primitive actions),
     ``pruned`` (1: ended by the step budget), ``malformed`` (1: ended by a malformed turn),
     ``n_gt`` (the expert path's moves), ``budget`` (its step budget), ``blocked`` (forward moves
-    that hit a wall or the goal object).
+    that hit a wall or the goal object), ``spl`` (success weighted by path length, Anderson et al.,
+    "On Evaluation of Embodied Navigation Agents", arXiv 1807.06757: ``S * N_gt / max(steps, N_gt)``
+    in primitive moves).
     """
 
     def __init__(self, *, success_distance: float = 3.0, r_base: float = 15.0, tol: float = 2.0, n_max: int = 120,
-                 early_stopping: bool = True, max_actions_per_turn: int = 3, rooms: int = 2, room_size: int = 4) -> None:
+                 early_stopping: bool = True, max_actions_per_turn: int = 3) -> None:
         self.success_distance, self.r_base, self.tol, self.n_max = success_distance, r_base, tol, n_max
-        self.early_stopping, self.per_turn, self.rooms, self.room_size = early_stopping, max_actions_per_turn, rooms, room_size
+        self.early_stopping, self.per_turn = early_stopping, max_actions_per_turn
 
     def reset(self, row: dict[str, Any], seed: Optional[int] = None) -> str:
-        ep = navigation_episode(int(row["world_seed"]), self.rooms, self.room_size)
+        # the world is the row's: its seed and size (the task's ``rooms`` / ``room_size`` options)
+        ep = navigation_episode(int(row["world_seed"]), int(row.get("rooms", 2)), int(row.get("room_size", 4)))
         self.world, self.agent, self.goal = ep["world"], ep["start"], ep["goal"]
         self.n_gt = len(ep["expert"]) - 1  # primitive moves, the final stop not counted
         self.budget = step_budget(self.n_gt, tol=self.tol, n_max=self.n_max)
@@ -286,7 +303,8 @@ class TextNavigation:
 
     def _info(self, **flags: bool) -> dict[str, float]:
         info = {"distance": self._distance(), "steps": float(self.steps), "n_gt": float(self.n_gt),
-                "blocked": float(self.blocked), "budget": float(self.budget)}
+                "blocked": float(self.blocked), "budget": float(self.budget),
+                "spl": float(flags.get("success", False)) * self.n_gt / max(self.steps, self.n_gt, 1)}
         return {**info, **{k: float(v) for k, v in flags.items()}}
 
     def _end(self, reward: float, *, success: bool = False, pruned: bool = False, malformed: bool = False) -> StepResult:
