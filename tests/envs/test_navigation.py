@@ -57,7 +57,7 @@ def test_dart_noise_turns_are_recovered_from_and_noise_0_is_the_clean_path():
         assert (turns, weights) == noisy_expert_turns(ep, seed, noise=1.0)  # seeded
         assert weights[-1] == 1 and turns[-1] == "stop" and weights.count(0) <= 2
         noisy += 0 in weights
-        env.reset({"world_seed": seed})
+        env.reset({"world_seed": seed, "rooms": 2, "room_size": 4})
         for turn in turns:  # the expert recovers from every noise turn and still ends within the step budget
             result = env.step(turn)
         assert result.terminated and result.info["success"] == 1.0 and not result.info["pruned"]
@@ -74,7 +74,7 @@ def test_the_expert_stops_in_a_turn_of_its_own_facing_the_goal():
         assert ep["expert"][-1] == "stop" and "stop" not in moves
         assert turns == [", ".join(moves[i : i + 3]) for i in range(0, len(moves), 3)] + ["stop"] and set(weights) == {1}
         env = environment_factory("text_navigation")()
-        env.reset({"world_seed": seed})
+        env.reset({"world_seed": seed, "rooms": 2, "room_size": 4})
         for turn in turns[:-1]:
             view = env.step(turn).observation
         goal = ep["instruction"].split("stop at the ")[1].rstrip(".")
@@ -123,6 +123,10 @@ def test_the_world_size_travels_with_the_row_and_colours_name_one_door():
         colours = [colour for colour, _ in env.world.doors.values()]
         assert len(colours) == 12 and len(set(colours)) == 12  # "the red door" is one door
         assert len({colour for colour, _, _ in env.world.objects.values()}) == 9
-    assert make_world(random.Random(0), 2, 4) == make_world(random.Random(0), 2, 4)
+    # 2 x 2 worlds are the ones drawn before the extra colours (seed 0, pinned from that code)
+    assert navigation_episode(0)["instruction"] == "Go through the grey door, then stop at the purple table."
+    assert navigation_episode(0)["expert"] == ["turn left", "forward", "forward", "turn right", "forward", "stop"]
     with pytest.raises(ValueError, match="rooms <= 3"):
         make_world(random.Random(0), 4, 4)
+    with pytest.raises(ValueError, match=r"no \['rooms', 'room_size'\] column"):  # no silent 2 x 2 world
+        env.reset({"world_seed": 0})

@@ -291,7 +291,10 @@ class TextNavigation:
 
     def reset(self, row: dict[str, Any], seed: Optional[int] = None) -> str:
         # the world is the row's: its seed and size (the task's ``rooms`` / ``room_size`` options)
-        ep = navigation_episode(int(row["world_seed"]), int(row.get("rooms", 2)), int(row.get("room_size", 4)))
+        missing = [k for k in ("world_seed", "rooms", "room_size") if k not in row]
+        if missing:
+            raise ValueError(f"text_navigation: the row has no {missing} column(s); rows of the text_navigation task carry them")
+        ep = navigation_episode(int(row["world_seed"]), int(row["rooms"]), int(row["room_size"]))
         self.world, self.agent, self.goal = ep["world"], ep["start"], ep["goal"]
         self.n_gt = len(ep["expert"]) - 1  # primitive moves, the final stop not counted
         self.budget = step_budget(self.n_gt, tol=self.tol, n_max=self.n_max)
