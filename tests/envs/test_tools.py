@@ -1,4 +1,4 @@
-"""Tool calls: parsing, the confined child process, and every hostile call becoming an observation."""
+"""Tool calls: parsing, the sandboxed worker, and every hostile call becoming an observation (escapes: test_sandbox.py)."""
 
 import json
 import socket
@@ -72,12 +72,28 @@ def _write(path):
 
 
 def test_the_sandbox_has_no_network_and_writes_only_in_its_scratch_folder(tmp_path):
-    out = run_tool(_connect, {})
-    assert not out.ok and "PermissionError" in out.text and "network" in out.text
+    out = run_tool(_connect, {})  # a module-level function of this test module, imported inside by reference
+    assert not out.ok and out.kind == "exception"
     outside = tmp_path / "escaped.txt"
     out = run_tool(_write, {"path": str(outside)})
-    assert not out.ok and "PermissionError" in out.text and not outside.exists()
+    assert not out.ok and out.kind == "exception" and not outside.exists()
     assert run_tool(_write, {"path": "inside.txt"}).text == "x"  # the scratch folder is the working directory
+
+
+def test_an_escape_through_the_python_tool_is_a_failed_call_not_a_crash(env, tmp_path):
+    """The restricted builtins are walked around (a tuple's base's subclasses reach os); the sandbox holds."""
+    target = tmp_path / "escaped.txt"
+    code = ("g = [c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '_wrap_close'][0].__init__.__globals__\n"
+            f"g['write'](g['open']({str(target)!r}, g['O_WRONLY'] | g['O_CREAT']), b'x')")
+    r = env.step(call("python", code=code))
+    assert r.observation[0]["content"].startswith("error: ") and r.info["failed_calls"] == 1 and not target.exists()
+
+
+def test_the_environment_refuses_an_unknown_sandbox_and_a_tool_the_sandbox_cannot_import():
+    with pytest.raises(ValueError, match=r"^environment.options.sandbox = 'docker' is not one of auto, bwrap, landlock, none$"):
+        environment_factory("tools")(tools=["calculator"], sandbox="docker")
+    with pytest.raises(ValueError, match=r"^environment.options.tools: 'no_such_module_xyz:f': "):
+        environment_factory("tools")(tools=["no_such_module_xyz:f"])
 
 
 def test_parse_calls_reads_several_calls_and_an_unclosed_last_one():
@@ -106,7 +122,8 @@ def test_a_tool_episode_carries_the_result_as_unsampled_tool_tokens_and_ends_on_
 
     monkeypatch.setattr(inner, "decode", decode)
     cfg = SimpleNamespace(name="tools", options={"tools": ["calculator"]}, max_turns=4, max_episode_tokens=400,
-                          step_timeout_s=10.0, on_error="raise", observation_role="user", kv_cache=False)
+                          step_timeout_s=10.0, on_error="raise", observation_role="user", kv_cache=False,
+                          max_failed_fraction=1.0)
     row = {"prompt": "What is 37 * 46?", "answer": "1702"}
     text = tok.apply_chat_template([{"role": "user", "content": row["prompt"]}], tokenize=False, add_generation_prompt=True)
     batch = EpisodeBackend(inner, cfg, None, seed=0).generate([text], [row], 2, SamplingParams(max_new_tokens=80))

@@ -10,8 +10,10 @@ models' templates (SmolLM2's) have no tool syntax of their own::
     <tool_call>{"name": "calculator", "arguments": {"expression": "37 * 46"}}</tool_call>
 
 The environment's first observation is a system message listing the tools' schemas and this
-format, then the row's prompt. Each call runs in :func:`grpokit.envs.sandbox.run_tool`; the
-results come back as one ``tool`` message per call. A turn without a call is the final answer
+format, then the row's prompt. Each call runs in :func:`grpokit.envs.sandbox.run_tool`, a fresh
+interpreter in an OS-level sandbox (bubblewrap namespaces, else Landlock; ``sandbox: none`` only
+when the config says so); the tool is imported there by reference, so a tool must be a
+module-level function (``module:function`` / ``file.py:function``). The results come back as one ``tool`` message per call. A turn without a call is the final answer
 and ends the episode (the rewards judge it: ``completions`` holds the last model turn). A bad
 call (invalid JSON, unknown tool, wrong arguments, an exception, a timeout, an oversized
 result) becomes an error message the model sees, and counts in ``env/bad_calls``.
@@ -20,14 +22,18 @@ result) becomes an error message the model sees, and counts in ``env/bad_calls``
 from __future__ import annotations
 
 import ast
+import builtins
+import contextlib
 import inspect
+import io
 import json
+import math
 import operator
 import re
 from typing import Any, Callable, Optional
 
 from grpokit.envs.base import ENVIRONMENTS, StepResult
-from grpokit.envs.sandbox import run_tool
+from grpokit.envs.sandbox import SANDBOXES, Limits, ToolRef, choose, run_tool, tool_reference
 from grpokit.registry import Registry
 
 TOOLS = Registry("tool")
@@ -68,16 +74,13 @@ def python(code: str) -> str:
     Args:
         code: the program; print the result
     """
-    import builtins
-    import contextlib
-    import io
-    import math
-
+    # The restricted builtins tell the model what the tool offers; they are no boundary (an
+    # introspection walk reaches ``os``): the sandbox process around each call is.
     allowed = {k: getattr(builtins, k) for k in ("abs", "min", "max", "sum", "len", "range", "round", "int", "float", "str", "list", "dict",
                          "tuple", "set", "sorted", "enumerate", "zip", "map", "filter", "print", "pow", "divmod", "any", "all")}
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(code, {"__builtins__": allowed, "math": math})  # noqa: S102 - confined by run_tool's child process
+        exec(code, {"__builtins__": allowed, "math": math})  # noqa: S102 - confined by the sandbox (grpokit.envs.sandbox)
     return out.getvalue().strip()
 
 
@@ -90,6 +93,32 @@ def resolve_tool(name: str) -> Callable:
 
         return resolve_reward(name)
     raise ValueError(f"unknown tool '{name}': choose one of {', '.join(TOOLS.names())} or 'module:function'")
+
+
+def _reference(name: str, fn: Callable) -> ToolRef:
+    """How the sandbox imports tool ``name``: a registered one by its function, a user one by its config spec."""
+    return tool_reference(fn if name in TOOLS else name)
+
+
+def tools_problem(options: dict, where: str = "environment.options") -> Optional[str]:
+    """Why the tools environment cannot run with ``options`` here (one line), or None; for the config-load check.
+
+    The sandbox must be available (``sandbox: auto`` finds none on a machine without user
+    namespaces and Landlock) and each tool reachable by import inside it.
+    """
+    sandbox = options.get("sandbox", "auto")
+    if sandbox not in SANDBOXES:
+        return f"{where}.sandbox = {sandbox!r} is not one of {', '.join(SANDBOXES)}"
+    try:
+        choose(sandbox)
+    except ValueError as exc:
+        return f"{where}.sandbox: {exc}"
+    for name in options.get("tools", ("calculator",)):
+        try:
+            _reference(name, resolve_tool(name))
+        except (ValueError, ImportError) as exc:
+            return f"{where}.tools: '{name}': {str(exc).splitlines()[0]}"
+    return None
 
 
 def tool_schema(fn: Callable, name: str) -> dict:
@@ -126,11 +155,21 @@ class ToolEnvironment:
     """
 
     def __init__(self, *, tools: list[str] = ("calculator",), max_calls_per_turn: int = 4, tool_timeout_s: float = 5.0,
-                 max_output_chars: int = 2000, result_role: str = "tool", system_prompt: Optional[str] = None) -> None:
-        self.tools = {name.rpartition(":")[2] if ":" in name else name: resolve_tool(name) for name in tools}
+                 max_output_chars: int = 2000, result_role: str = "tool", system_prompt: Optional[str] = None,
+                 sandbox: str = "auto", max_file_bytes: int = 1 << 20, memory_mb: int = 1024, max_processes: int = 32) -> None:
+        problem = tools_problem({"tools": list(tools), "sandbox": sandbox})
+        if problem:
+            raise ValueError(problem)
+        self.tools: dict[str, Callable] = {}
+        self.refs: dict[str, ToolRef] = {}
+        for name in tools:
+            short = name.rpartition(":")[2] if ":" in name else name
+            self.tools[short] = resolve_tool(name)
+            self.refs[short] = _reference(name, self.tools[short])
         self.schemas = [tool_schema(fn, n) for n, fn in self.tools.items()]
-        self.max_calls, self.timeout_s, self.max_chars = max_calls_per_turn, tool_timeout_s, max_output_chars
-        self.result_role = result_role
+        self.max_calls, self.sandbox, self.result_role = max_calls_per_turn, sandbox, result_role
+        self.limits = Limits(timeout_s=tool_timeout_s, max_output_chars=max_output_chars, max_file_bytes=max_file_bytes,
+                             memory_bytes=memory_mb << 20, max_processes=max_processes)
         self.system = system_prompt or SYSTEM.format(schemas="\n".join(json.dumps(s) for s in self.schemas))
 
     def reset(self, row: dict[str, Any], seed: Optional[int] = None) -> list[dict]:
@@ -154,7 +193,7 @@ class ToolEnvironment:
             inspect.signature(fn).bind(**arguments)
         except TypeError as exc:
             return f"error: {call['name']}: {exc}", "malformed"
-        out = run_tool(fn, arguments, timeout_s=self.timeout_s, max_output_chars=self.max_chars)
+        out = run_tool(self.refs[call["name"]], arguments, sandbox=self.sandbox, limits=self.limits)
         return (out.text, "ok") if out.ok else (f"error: {out.text}", "failed")
 
     def _info(self, answered: bool) -> dict[str, float]:
