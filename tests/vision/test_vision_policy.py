@@ -146,3 +146,37 @@ def test_the_learner_forward_reaches_the_vision_tower(vlm):
     vision_grads = [p.grad for n, p in policy.module.named_parameters() if "visual" in n]
     assert any(g is not None and float(g.abs().sum()) > 0 for g in vision_grads)
     policy.module.zero_grad(set_to_none=True)
+
+
+def test_with_lora_the_reference_is_the_base_weights_so_the_kl_grows_after_an_update(tmp_path):
+    """LoRA + beta > 0: the reference is the adapter-off model (peft's disable_adapter), not the trained one.
+
+    Before the fix the reference role scored the adapter-on module itself, so KL(pi || pi_ref) was
+    exactly 0 at every step. LoRA's B starts at 0, so the two agree before the update; after one
+    update the reference must still equal a frozen copy of the base weights and the k3 KL be > 0.
+    """
+    import copy
+
+    from grpokit.algos.kl import kl_k3
+    from grpokit.config.schema import LoraConfig
+    from grpokit.model.lora import apply_lora
+    from grpokit.policies.vision_lm import VisionLMPolicy
+    from grpokit.vision.loading import load_vision_model
+    from grpokit.vision.tiny_qwen2vl import save_tiny_qwen2vl
+
+    model, tok, proc = load_vision_model(save_tiny_qwen2vl(tmp_path, seed=0))
+    frozen = VisionLMPolicy(copy.deepcopy(model).eval(), tok, proc)
+    policy = VisionLMPolicy(apply_lora(model, LoraConfig(enabled=True, r=4, target_modules=["q_proj", "v_proj"])), tok, proc)
+    assert policy.reference is None  # LoRA: no copy, the adapter is disabled instead
+    batch = sampled(policy, image_rows(2), group=2, seed=4)
+    mask = batch.completion_mask.to(torch.float32)
+    assert torch.allclose(policy.score(batch, "reference"), policy.score(batch), atol=1e-6)  # B = 0: adapter is a no-op
+    optimizer = torch.optim.SGD([p for p in policy.module.parameters() if p.requires_grad], lr=1.0)
+    fwd = policy.learn_forward(batch, with_entropy=False, entropy_grad=False)
+    fwd.backward(-(fwd.logp * mask).sum() / mask.sum())
+    optimizer.step()
+    ref, current, base = policy.score(batch, "reference"), policy.score(batch), frozen.score(batch)
+    assert torch.allclose(ref, base, atol=1e-6)  # the reference is the base weights, after the update too
+    kl = float((kl_k3(current, ref) * mask).sum() / mask.sum())
+    kl_base = float((kl_k3(current, base) * mask).sum() / mask.sum())
+    assert kl > 1e-4 and abs(kl - kl_base) < 1e-6

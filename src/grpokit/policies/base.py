@@ -12,6 +12,7 @@ adding a family.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Protocol
 
@@ -80,6 +81,27 @@ class ModulePolicy:
 
     def trainable_parameters(self) -> Iterator[torch.nn.Parameter]:
         return (p for p in self.module.parameters() if p.requires_grad)
+
+    def role_module(self, role: str) -> tuple[torch.nn.Module, Any]:
+        """(module, context manager) that scores ``role``: 'current', 'reference' or 'teacher'.
+
+        The reference is the frozen copy (``self.reference``) when there is one, else for a LoRA
+        (peft) module the module inside peft's ``disable_adapter()``, i.e. the base weights; a
+        module with neither has no reference (scoring it as one would make every KL exactly 0).
+        """
+        if role == "current":
+            return self.module, nullcontext()
+        if role == "teacher":
+            if getattr(self, "teacher", None) is None:
+                raise ValueError("no teacher model: set model.teacher")
+            return self.teacher, nullcontext()
+        if role == "reference":
+            if getattr(self, "reference", None) is not None:
+                return self.reference, nullcontext()
+            if hasattr(self.module, "peft_config"):
+                return self.module, self.module.disable_adapter()
+            raise ValueError("the policy has no reference: it is built with a frozen copy (full fine-tune) or LoRA")
+        raise ValueError(f"unknown policy role '{role}': current, reference or teacher")
 
 
 class Policy(Protocol):

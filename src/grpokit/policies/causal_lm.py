@@ -10,7 +10,6 @@ arXiv 2506.03077) and activation checkpointing.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any, Optional
 
 import torch
@@ -60,25 +59,9 @@ class CausalLMPolicy(ModulePolicy):
         return self.backend.generate(prompts, rows, group_size, params)
 
     # ------------------------------------------------------------------ scoring
-    def _role(self, role: str):
-        """(module, context) that scores ``role``."""
-        if role == "current":
-            return self.module, nullcontext()
-        if role == "teacher":
-            if self.teacher is None:
-                raise ValueError("no teacher model: set model.teacher")
-            return self.teacher, nullcontext()
-        if role == "reference":
-            if self.reference is not None:
-                return self.reference, nullcontext()
-            if hasattr(self.module, "peft_config"):
-                return self.module, self.module.disable_adapter()
-            return self.module, nullcontext()  # no copy was made: the reference is the current policy
-        raise ValueError(f"unknown policy role '{role}': current, reference or teacher")
-
     @torch.no_grad()
     def score(self, mb: RolloutBatch, role: str = "current") -> torch.Tensor:
-        module, ctx = self._role(role)
+        module, ctx = self.role_module(role)
         with ctx:
             logp, _ = completion_logprobs(
                 module, mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask,

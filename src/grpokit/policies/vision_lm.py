@@ -175,6 +175,9 @@ class ConditionEncoder:
 class VisionLMPolicy(ModulePolicy):
     """A Qwen2-VL module (optionally LoRA), its tokenizer and processor, a frozen reference when needed.
 
+    The reference is the frozen copy, or for LoRA the module with its adapter disabled (as the
+    causal-LM family: :meth:`~grpokit.policies.base.ModulePolicy.role_module`).
+
     mask_probability / patch: PAPO's patch blackening (authors: 0.6, 14 px = the processor's patch).
     """
 
@@ -256,13 +259,11 @@ class VisionLMPolicy(ModulePolicy):
     @torch.no_grad()
     def score(self, mb: RolloutBatch, role: str = "current", condition: Optional[str] = None) -> torch.Tensor:
         """``[b, T]`` log-probs; ``condition='masked'``: under the rows' patch-blackened images (PAPO)."""
-        if role == "reference":
-            module = self.reference if self.reference is not None else self.module
-        elif role == "current":
-            module = self.module
-        else:
+        if role not in ("current", "reference"):
             raise ValueError(f"the vision-language policy has no '{role}' role (current or reference)")
-        logp, _ = self._forward(module, mb, self._inputs(mb, condition))
+        module, ctx = self.role_module(role)  # LoRA: the reference is the base weights, adapter disabled
+        with ctx:
+            logp, _ = self._forward(module, mb, self._inputs(mb, condition))
         return logp
 
     def sync_reference(self) -> None:
