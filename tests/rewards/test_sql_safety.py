@@ -45,6 +45,13 @@ HOSTILE = {
     ),
     "begin": "BEGIN IMMEDIATE",
     "vacuum_into": "VACUUM INTO '{evil}'",
+    "result_blowup": (  # 1000 rows of a 2^19-character string: 512 MB in the trainer without the result cap
+        "WITH RECURSIVE c(s, n) AS (SELECT 'x', 0 UNION ALL SELECT s || s, n + 1 FROM c WHERE n < 19), "
+        "d(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM d WHERE k < 1000) SELECT s FROM c, d WHERE n = 19"
+    ),
+    "attach_uri_rwc": "ATTACH DATABASE 'file:{evil}?mode=rwc' AS evil",
+    "pragma_query_only_off": "PRAGMA query_only = 0",
+    "temp_table": "CREATE TEMP TABLE tt AS SELECT * FROM t",
 }
 
 
@@ -96,6 +103,19 @@ def test_runaway_queries_end_by_timeout_or_row_cap(db):
     assert error == f"row cap: more than {N_ROWS - 1} rows"
     rows, error = run_sql_readonly(db, "SELECT x FROM t", max_rows=N_ROWS)
     assert error is None and len(rows) == N_ROWS
+
+
+def test_the_result_cap_counts_the_bytes_of_the_rows(db):
+    # Each row holds one 2^19 = 524288-character string: two rows are 1048576 bytes (not more
+    # than the cap of 1048576), the third makes 1572864 and is refused.
+    rows, error = run_sql_readonly(db, HOSTILE["result_blowup"], timeout_s=30.0)
+    assert rows is None and error == "result cap: more than 1048576 bytes"
+    two = HOSTILE["result_blowup"].replace("k < 1000", "k < 2")
+    rows, error = run_sql_readonly(db, two, timeout_s=30.0)
+    assert error is None and [len(r[0]) for r in rows] == [524288, 524288]
+    # Numbers count 8 bytes: 250 rows of x are 2000 bytes.
+    assert run_sql_readonly(db, "SELECT x FROM t", max_result_bytes=1999)[1] == "result cap: more than 1999 bytes"
+    assert run_sql_readonly(db, "SELECT x FROM t", max_result_bytes=2000)[1] is None
 
 
 def test_authorizer_blocks_writes_the_lexical_check_lets_through(db):

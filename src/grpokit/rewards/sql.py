@@ -8,7 +8,10 @@ with the weights set in the config ([inferred] defaults: 1.0 / 0.5 / 0.25 / 0.1;
 Every query a model writes runs through ``run_sql_readonly``, which layers its defences so that
 no single one has to hold: a lexical check (one SELECT/WITH statement), a read-only URI
 connection, ``PRAGMA query_only``, an authorizer that allows only reads and an allow-list of
-pure functions, length/attach limits, a wall-clock progress handler and a row cap.
+pure functions (no ATTACH, no PRAGMA, no ``load_extension``), length/attach limits, a wall-clock
+progress handler, a row cap and a cap on the result's bytes. It runs in the trainer's process: the
+model's text reaches only SQLite's parser and virtual machine under these limits, never a shell,
+a file write, a second database or a loaded extension.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ _ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite
 _PROGRESS_EVERY = 1000
 _MAX_TEXT_BYTES = 1_000_000
 _MAX_SQL_CHARS = 100_000
+_MAX_RESULT_BYTES = 1 << 20
 
 _SQL_BLOCK = re.compile(r"```sql(?:ite)?(?!\w)[ \t]*\n?(.*?)```", re.DOTALL | re.IGNORECASE)
 _SQL_TAG = re.compile(r"\bSQL\s*:", re.IGNORECASE)
@@ -103,7 +107,8 @@ def _authorizer(action: int, arg1: str | None, arg2: str | None, *_: str | None)
 
 
 def run_sql_readonly(
-    db_path: str | Path, sql: str, *, timeout_s: float = 1.0, max_rows: int = 1000
+    db_path: str | Path, sql: str, *, timeout_s: float = 1.0, max_rows: int = 1000,
+    max_result_bytes: int = _MAX_RESULT_BYTES,
 ) -> tuple[list[tuple] | None, str | None]:
     """Execute one SELECT on a SQLite file read-only; return ``(rows, None)`` or ``(None, error)``.
 
@@ -111,7 +116,10 @@ def run_sql_readonly(
     ``mode=ro``, ``PRAGMA query_only=1`` is set, the authorizer denies every action except
     SELECT/READ/recursive-CTE and allow-listed functions (``SAFE_FUNCTIONS``), ATTACH is limited
     to 0 databases, extension loading is off, and the progress handler aborts after
-    ``timeout_s`` of wall time. More than ``max_rows`` rows is the error "row cap".
+    ``timeout_s`` of wall time. More than ``max_rows`` rows is the error "row cap"; rows whose
+    values add up to more than ``max_result_bytes`` (text and blobs by length, numbers 8 bytes)
+    the error "result cap": without it 1000 rows of SQLite's 1 MB longest value would put 1 GB
+    in the trainer's memory (a doubling recursive CTE builds such rows in about a second).
     """
     statement, reason = check_single_select(sql)
     if statement is None:
@@ -139,7 +147,14 @@ def run_sql_readonly(
         conn.execute("PRAGMA query_only = 1")
         conn.set_authorizer(_authorizer)
         conn.set_progress_handler(progress, _PROGRESS_EVERY)
-        rows = conn.execute(statement).fetchmany(max_rows + 1)
+        rows, size = [], 0
+        for row in conn.execute(statement):  # row by row: the progress handler's deadline covers each step
+            rows.append(row)
+            size += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row)
+            if size > max_result_bytes:
+                return None, f"result cap: more than {max_result_bytes} bytes"
+            if len(rows) > max_rows:
+                break
     except (sqlite3.Error, MemoryError, OverflowError, ValueError) as exc:
         return None, "timeout" if timed_out else f"{type(exc).__name__}: {exc}"
     finally:
