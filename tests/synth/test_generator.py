@@ -127,7 +127,9 @@ def test_evidence_outside_a_source_segment_is_rejected(run_synth, smol_tok):
     assert "is not inside source segment" in validate_record(record, smol_tok)[0]
 
 
-def test_bad_inputs_are_one_line_errors(smol_tok, tmp_path):
+def test_bad_inputs_are_one_line_errors(smol_tok, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPOKIT_CACHE", str(tmp_path / "empty-cache"))  # a fresh machine: no dequantised model
+
     def make(**kw):
         return Generator(SynthConfig(out=str(tmp_path), writer="none", **{"paradigm": "multi_hop", **kw}), None, smol_tok)
 
@@ -135,7 +137,7 @@ def test_bad_inputs_are_one_line_errors(smol_tok, tmp_path):
         make(paradigm="poetry")
     with pytest.raises(SynthError, match="unknown template 'riddle' of paradigm 'multi_hop'; choose from: bridge, chain, compare"):
         make(templates=["riddle"])
-    # SmolLM2 reads 8192 positions: 8192 - 512 (question and response) = 7680 at most
+    # SmolLM2's GGUF states llama.context_length = 8192 (the tokenizer says 1e30): 8192 - 512 (question and response) = 7680 at most
     with pytest.raises(SynthError, match=r"--target-tokens 8000: .* exceeds the 8192-token context of tokenizer .*use --target-tokens <= 7680"):
         make(target_tokens=8000)
     with pytest.raises(SynthError, match="--min-gap-tokens 400: .* use at most 341"):
@@ -148,12 +150,18 @@ def test_bad_inputs_are_one_line_errors(smol_tok, tmp_path):
         Generator(SynthConfig(paradigm="grounded", out=str(tmp_path), target_tokens=4096), Short(), smol_tok)
 
 
-def test_cli_errors_are_one_line(capsys, tmp_path):
+def test_cli_errors_are_one_line(capsys, tmp_path, monkeypatch):
     from grpokit.cli import main
 
     assert main(["synth", "--paradigm", "poetry", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("grpokit: error: unknown paradigm 'poetry'") and "\n" not in err
+    # a first run on a fresh machine (empty model cache) still knows SmolLM2's 8192 positions
+    monkeypatch.setenv("GRPOKIT_CACHE", str(tmp_path / "empty-cache"))
+    assert main(["synth", "--paradigm", "grounded", "--out", str(tmp_path / "t"), "--target-tokens", "8000", "--writer", "none"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--target-tokens 8000:" in err and "use --target-tokens <= 7680" in err and "\n" not in err
+    assert not (tmp_path / "t").exists() and not (tmp_path / "empty-cache").exists()
     pytest.importorskip("grpokit")
     import importlib.util
 

@@ -38,8 +38,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
     fields = {k: getattr(args, k) for k in SynthConfig.__dataclass_fields__ if hasattr(args, k)}
     cfg = SynthConfig(**fields)
     check_config(cfg)  # unknown paradigm / template: one line before any model loads
+    check_length(cfg, {f"tokenizer '{cfg.tokenizer}'": context_limit(cfg.tokenizer)})  # before any model loads
     tokenizer = load_tokenizer(cfg.tokenizer)
-    check_length(cfg, {f"tokenizer '{cfg.tokenizer}'": context_limit(tokenizer, cfg.tokenizer)})  # before the writer loads
     writer = make_writer(cfg.writer, device=args.device)
     manifest = Generator(cfg, writer, tokenizer).run()
     tokens = manifest["context_tokens"]

@@ -89,21 +89,18 @@ def check_config(cfg: SynthConfig) -> list[str]:
     return templates
 
 
-def context_limit(tokenizer: Any, source: str) -> Optional[int]:
-    """Tokens the model behind ``tokenizer`` reads: its ``model_max_length``, else ``max_position_embeddings`` of its folder."""
-    limit = getattr(tokenizer, "model_max_length", None)
-    if isinstance(limit, int) and limit < 10**7:
-        return limit
-    from grpokit.model.loading import _hf_folder
+def context_limit(source: str) -> Optional[int]:
+    """Tokens the model ``source`` reads, as its GGUF metadata or config states (:func:`grpokit.model.context.context_length`).
+
+    A model source that cannot be read is a one-line SynthError naming ``--tokenizer`` / ``--writer``.
+    """
+    from grpokit.model.context import context_length
+    from grpokit.model.loading import ModelLoadError
 
     try:
-        folder = _hf_folder(source, build_cache=False)
-    except Exception:  # noqa: BLE001 -- a tokenizer object without a model folder has no stated limit
-        return None
-    config = Path(folder) / "config.json" if folder else None
-    if config is None or not config.is_file():
-        return None
-    return json.loads(config.read_text()).get("max_position_embeddings")
+        return context_length(source)
+    except ModelLoadError as exc:
+        raise SynthError(str(exc)) from None
 
 
 def check_length(cfg: SynthConfig, limits: dict[str, Optional[int]]) -> None:
@@ -122,7 +119,7 @@ class Generator:
     def __init__(self, cfg: SynthConfig, writer: Any, tokenizer: Any) -> None:
         self.cfg, self.writer, self.tokenizer = cfg, writer, tokenizer
         self.templates = check_config(cfg)
-        limits = {f"tokenizer '{cfg.tokenizer}'": context_limit(tokenizer, cfg.tokenizer)}
+        limits = {f"tokenizer '{cfg.tokenizer}'": context_limit(cfg.tokenizer)}
         if writer is not None:
             limits[f"writer '{getattr(writer, 'name', cfg.writer)}'"] = getattr(writer, "max_context", None)
         check_length(cfg, limits)

@@ -45,12 +45,13 @@ class HFWriter:
     """A local causal LM (grpokit's loader: embedded name, HF folder or .gguf) sampling with transformers."""
 
     def __init__(self, source: str, device: str = "cpu") -> None:
+        from grpokit.model.context import context_length
         from grpokit.model.loading import load_model
 
         self.name = source
         self.model, self.tokenizer = load_model(source, dtype="float32", device=device)
         self.model.eval()
-        self.max_context = int(getattr(self.model.config, "max_position_embeddings", 0)) or None
+        self.max_context = context_length(source)  # the GGUF's metadata or the folder's config
 
     def __call__(self, messages: list[dict], params: WriterParams) -> str:
         import torch
