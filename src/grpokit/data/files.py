@@ -11,10 +11,13 @@ import json
 import logging
 import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpokit.data.chat import is_conversation, message_problem
 from grpokit.data.tasks import TaskSplits
+
+if TYPE_CHECKING:
+    from grpokit.config.schema import DataConfig
 
 logger = logging.getLogger(__name__)
 
@@ -198,13 +201,17 @@ def visual_key(row: dict) -> str:
     return "\x00" + h.hexdigest()
 
 
-def split_rows(rows: list[dict], heldout_fraction: float, seed: int) -> TaskSplits:
-    """Seeded shuffle of ``rows`` into disjoint train and held-out splits.
+def split_rows(rows: list[dict], heldout_fraction: float, seed: int, source: str | None = None) -> TaskSplits:
+    """Seeded shuffle of ``rows`` into disjoint train and held-out splits, counted in one INFO line.
 
     Rows with a repeated prompt are dropped (first one kept) so no prompt lands in both
     splits; a row's ``images`` / ``video`` column (file paths or PIL images) is part of its
-    prompt, so the same question about other images is another prompt. The held-out size is ``round(heldout_fraction * n)``, at least 1 when the fraction
-    is positive.
+    prompt, so the same question about other images is another prompt. The held-out size is
+    ``round(heldout_fraction * n)`` of the n distinct prompts, at least 1 when the fraction is
+    positive. ``source`` (the file the rows came from) only names it in the log line::
+
+        data: 40 rows from d.jsonl; 7 duplicate prompts dropped (first kept); 3 of the 33 distinct
+        held out for evaluation (data.heldout_fraction=0.1), 30 for training
     """
     if not 0.0 <= heldout_fraction < 1.0:
         raise DataError(
@@ -214,8 +221,6 @@ def split_rows(rows: list[dict], heldout_fraction: float, seed: int) -> TaskSpli
     unique: dict[str, dict] = {}
     for row in rows:
         unique.setdefault(prompt_key(row["prompt"]) + visual_key(row), row)
-    if len(unique) < len(rows):
-        logger.info("dropped %d rows with duplicate prompts", len(rows) - len(unique))
     shuffled = list(unique.values())
     random.Random(seed).shuffle(shuffled)
     n_heldout = round(heldout_fraction * len(shuffled))
@@ -226,4 +231,35 @@ def split_rows(rows: list[dict], heldout_fraction: float, seed: int) -> TaskSpli
             f"only {len(shuffled)} distinct prompts: too few to hold out "
             f"{heldout_fraction:.0%} and still train; lower data.heldout_fraction or add rows"
         )
+    logger.info(
+        "data: %d rows%s; %d duplicate prompts dropped (first kept); %d of the %d distinct held out "
+        "for evaluation (data.heldout_fraction=%g), %d for training",
+        len(rows), f" from {source}" if source else "", len(rows) - len(unique), n_heldout,
+        len(shuffled), heldout_fraction, len(shuffled) - n_heldout,
+    )
     return TaskSplits(train=shuffled[n_heldout:], heldout=shuffled[:n_heldout])
+
+
+def file_splits(cfg: DataConfig) -> TaskSplits:
+    """Train and held-out rows of ``data.path``: ``data.heldout_path`` as given, else :func:`split_rows`.
+
+    Either way one INFO line counts the rows; a held-out file whose prompts also occur in the
+    training file is a WARNING naming how many (their accuracy is not held-out accuracy).
+    """
+    rows = load_rows(cfg.path, cfg.prompt_column, cfg.answer_column, cfg.split)
+    if not cfg.heldout_path:
+        return split_rows(rows, cfg.heldout_fraction, cfg.seed, source=cfg.path)
+    heldout = load_rows(cfg.heldout_path, cfg.prompt_column, cfg.answer_column, cfg.split)
+    logger.info(
+        "data: %d training rows from %s; %d held out for evaluation from %s (data.heldout_path; "
+        "data.heldout_fraction unused)", len(rows), cfg.path, len(heldout), cfg.heldout_path,
+    )
+    train_keys = {prompt_key(r["prompt"]) + visual_key(r) for r in rows}
+    shared = sum(prompt_key(r["prompt"]) + visual_key(r) in train_keys for r in heldout)
+    if shared:
+        logger.warning(
+            "data: %d of the %d held-out rows in %s have a prompt that is also in %s (data.path); "
+            "their accuracy is not held-out accuracy: remove them from one file", shared, len(heldout),
+            cfg.heldout_path, cfg.path,
+        )
+    return TaskSplits(train=rows, heldout=heldout)

@@ -18,6 +18,7 @@ Other columns stay with the row (``data.answer_column`` becomes ``answer`` for h
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -26,6 +27,8 @@ from grpokit.config.schema import DataConfig
 from grpokit.data.chat import is_conversation, message_problem, render_prompt
 from grpokit.data.files import DataError, load_rows, prompt_key
 from grpokit.data.tasks import TaskSplits
+
+logger = logging.getLogger(__name__)
 
 STAGE_COLUMNS = {"sft": ("completion",), "dpo": ("chosen", "rejected"), "kto": ("completion", "label")}
 STAGE_FORMATS = {
@@ -76,8 +79,11 @@ def load_offline_splits(cfg: DataConfig, stage: str, environment: Any = None) ->
         raise DataError(f"stage '{stage}' trains on a dataset file: set data.path to a .jsonl/.json/.csv/.parquet file in {STAGE_FORMATS[stage]}")
     rows = _load(cfg.path, cfg, stage)
     if cfg.heldout_path:
-        return TaskSplits(train=rows, heldout=_load(cfg.heldout_path, cfg, stage))
-    return split_by_prompt(rows, cfg.heldout_fraction, cfg.seed)
+        heldout = _load(cfg.heldout_path, cfg, stage)
+        logger.info("data: %d training rows from %s; %d held out for evaluation from %s (data.heldout_path; "
+                    "data.heldout_fraction unused)", len(rows), cfg.path, len(heldout), cfg.heldout_path)
+        return TaskSplits(train=rows, heldout=heldout)
+    return split_by_prompt(rows, cfg.heldout_fraction, cfg.seed, source=cfg.path)
 
 
 def _demonstration_splits(cfg: DataConfig) -> TaskSplits:
@@ -157,8 +163,11 @@ def _label(path: str, i: int, value: Any) -> bool:
     raise DataError(f"{path}: row {i}, column 'label' is {value!r}; KTO labels are true (desirable) or false (undesirable)")
 
 
-def split_by_prompt(rows: list[dict], heldout_fraction: float, seed: int) -> TaskSplits:
-    """Seeded split of whole prompts: ``round(fraction * prompts)`` of them held out (at least 1 when the fraction is positive)."""
+def split_by_prompt(rows: list[dict], heldout_fraction: float, seed: int, source: Optional[str] = None) -> TaskSplits:
+    """Seeded split of whole prompts: ``round(fraction * prompts)`` of them held out (at least 1 when the fraction is positive).
+
+    One INFO line counts rows and prompts of each side; ``source`` (the file) only names it there.
+    """
     groups: dict[str, list[dict]] = {}
     for row in rows:
         groups.setdefault(prompt_key(row["prompt"]), []).append(row)
@@ -168,7 +177,11 @@ def split_by_prompt(rows: list[dict], heldout_fraction: float, seed: int) -> Tas
     n = max(n, 1) if heldout_fraction > 0 else 0
     if n >= len(keys):
         raise DataError(f"only {len(keys)} distinct prompts: too few to hold out {heldout_fraction:.0%} and still train; lower data.heldout_fraction or add rows")
-    return TaskSplits(train=[r for k in keys[n:] for r in groups[k]], heldout=[r for k in keys[:n] for r in groups[k]])
+    heldout = [r for k in keys[:n] for r in groups[k]]
+    logger.info("data: %d rows of %d prompts%s; %d prompts (%d rows) held out for evaluation (data.heldout_fraction=%g), "
+                "%d prompts (%d rows) for training", len(rows), len(keys), f" from {source}" if source else "", n,
+                len(heldout), heldout_fraction, len(keys) - n, len(rows) - len(heldout))
+    return TaskSplits(train=[r for k in keys[n:] for r in groups[k]], heldout=heldout)
 
 
 def encode(
