@@ -10,6 +10,7 @@ from grpokit.trainer.report import (
     ReportError,
     before_after,
     moving_average,
+    read_jsonl,
     write_report,
 )
 
@@ -124,6 +125,25 @@ def test_before_after_prefers_labels():
     ]
     before, after = before_after(evals)
     assert (before["step"], after["step"]) == (5, 9)
+
+
+def test_eval_before_false_leaves_the_before_column_empty(tmp_path):
+    # eval.before: false logs only during / after; the after value (0.85) must not fill "before"
+    _write_jsonl(tmp_path / "metrics.jsonl", _metrics())
+    _write_jsonl(tmp_path / "eval.jsonl", [
+        {"step": 10, "accuracy": 0.80, "n": 200, "split": "heldout", "label": "during"},
+        {"step": 20, "accuracy": 0.85, "n": 200, "split": "heldout", "label": "after"},
+    ])
+    text = write_report(tmp_path).read_text()
+    assert "| heldout | — | 85.0% (step 20, n=200) |  |" in text
+    assert "no evaluation on that side of training" in text
+    assert before_after(read_jsonl(tmp_path / "eval.jsonl")) == (None, {"step": 20, "accuracy": 0.85, "n": 200, "split": "heldout", "label": "after"})
+
+
+def test_eval_after_false_leaves_the_after_column_empty():
+    evals = [{"step": 0, "accuracy": 0.7, "label": "before"}, {"step": 10, "accuracy": 0.8, "label": "during"}]
+    before, after = before_after(evals)
+    assert (before["step"], after) == (0, None)
 
 
 def test_moving_average_by_hand():

@@ -107,18 +107,24 @@ def render_markdown(
 
 
 def accuracy_table(evals: list[Record]) -> list[str]:
-    """One row per split (held-out first): accuracy before, after, and the change in points."""
+    """One row per split (held-out first): accuracy before, after, and the change in points.
+
+    A side that was not evaluated (``eval.before: false``, ``eval.after: false``, or a single
+    unlabelled evaluation) is "—", with no change, and a line under the table says so.
+    """
     rows = [
         "| split | before | after | change |",
         "|---|---|---|---|",
     ]
+    missing = False
     for split in _splits(evals):
         before, after = before_after([e for e in evals if e.get("split", HELDOUT) == split])
-        change = ""
-        if after is not before:
-            change = f"{100 * (after['accuracy'] - before['accuracy']):+.1f} pp"
-        after_cell = _accuracy_cell(after) if after is not before else "—"
-        rows.append(f"| {split} | {_accuracy_cell(before)} | {after_cell} | {change} |")
+        change = f"{100 * (after['accuracy'] - before['accuracy']):+.1f} pp" if before and after else ""
+        cells = [_accuracy_cell(e) if e else "—" for e in (before, after)]
+        missing = missing or before is None or after is None
+        rows.append(f"| {split} | {cells[0]} | {cells[1]} | {change} |")
+    if missing:
+        rows += ["", "— : no evaluation on that side of training (`eval.before` / `eval.after` false, or only one evaluation logged)."]
     return rows
 
 
@@ -148,13 +154,18 @@ def accuracy_curve(evals: list[Record], split: str) -> list[Record]:
     return sorted(by_step.values(), key=lambda e: e.get("step", 0))
 
 
-def before_after(evals: list[Record]) -> tuple[Record, Record]:
-    """The evaluations labelled before/after, else the earliest and the latest by step."""
+def before_after(evals: list[Record]) -> tuple[Record | None, Record | None]:
+    """The evaluations labelled "before" and "after"; None for a side that was not evaluated.
+
+    Logs whose records carry no label (older runs) fall back to the earliest and the latest by
+    step (the latest only when there are two or more). Labelled logs never borrow: with
+    ``eval.before: false`` the "after" evaluation is not also the "before" one.
+    """
     by_step = sorted(evals, key=lambda e: e.get("step", 0))
-    labelled = {e.get("label"): e for e in by_step}
-    before = labelled.get("before", by_step[0])
-    after = labelled.get("after", by_step[-1])
-    return before, after
+    labelled = {e.get("label"): e for e in by_step if e.get("label")}
+    if not labelled:
+        return by_step[0], (by_step[-1] if len(by_step) > 1 else None)
+    return labelled.get("before"), labelled.get("after")
 
 
 def training_summary(metrics: list[Record]) -> list[str]:
