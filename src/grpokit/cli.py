@@ -115,6 +115,10 @@ def _print_offline_summary(summary: dict) -> None:
 
 
 def cmd_eval(args) -> int:
+    """Held-out accuracy as training's evaluation measures it: the same function, and for an environment
+    run the same episodes (``environment`` section, held-out seeds) as the trainer's ``evaluate``."""
+    from grpokit.envs.checks import environment_problem, rows_problem
+    from grpokit.envs.episodes import episode_backend
     from grpokit.rollout.hf import HFBackend
     from grpokit.trainer import setup
     from grpokit.trainer.evaluation import evaluate_accuracy
@@ -122,14 +126,17 @@ def cmd_eval(args) -> int:
     if args.k < 1:
         raise UserError(f"--k {args.k}: the number of samples per prompt must be at least 1")
     cfg = _load(args)
-    source = args.model or cfg.model.name
-    model, tokenizer = _load_for_eval(source, cfg.model.dtype)
     splits = setup.build_splits(cfg.data)
     rows = splits.heldout[: args.limit] if args.limit else splits.heldout
     rewards = setup.build_rewards(cfg.rewards)
     judge = setup.accuracy_judge(cfg, rewards)  # eval.accuracy_reward naming no reward: one line
+    problem = environment_problem(cfg) or rows_problem(cfg, {"heldout": rows})  # before the model loads
+    if problem is not None:
+        raise UserError(problem)
+    source = args.model or cfg.model.name
+    model, tokenizer = _load_for_eval(source, cfg.model.dtype)
     result = evaluate_accuracy(
-        HFBackend(model, tokenizer), rows, setup.render_all(tokenizer, rows, cfg.data.system_prompt), judge,
+        episode_backend(HFBackend(model, tokenizer), cfg), rows, setup.render_all(tokenizer, rows, cfg.data.system_prompt), judge,
         batch_size=cfg.eval.batch_size, max_new_tokens=cfg.eval.max_new_tokens, k=args.k,
         temperature=cfg.rollout.temperature,
     )
@@ -250,12 +257,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     user_errors: tuple = (UserError, ConfigError, FileNotFoundError)
     try:
         from grpokit.data.files import DataError
+        from grpokit.envs.pool import EnvironmentFailure
         from grpokit.model.loading import ModelLoadError
         from grpokit.rewards import RewardError, RewardLoadError
 
         from grpokit.rollout.vllm import WeightSyncError
 
-        user_errors += (DataError, ModelLoadError, RewardLoadError, RewardError, WeightSyncError)
+        user_errors += (DataError, ModelLoadError, RewardLoadError, RewardError, WeightSyncError, EnvironmentFailure)
     except ImportError:
         pass
     try:

@@ -34,6 +34,9 @@ def guess_cfg(tmp_path, *extra, rewards=SOLVED):
     (("environment.credit=reward_to_go", "algorithm.advantage=rloo"), "use advantage grpo or dr_grpo"),
     (("environment.credit=reward_to_go", "reward_combiner.name=normalize_sum"), "use the fixed combiner"),
     (("environment.credit=reward_to_go", "rewards=[{name: env_info, kwargs: {key: solved}}]"), "add {name: env_return}"),
+    (("environment.turn_discount=0.9",), "set environment.credit=reward_to_go or drop turn_discount"),
+    (("environment.name=null", "data.task=arithmetic", "data.task_options={}", "rewards=[{name: answer_match}]",
+      "eval.accuracy_reward=null"), "environment.options is set but environment.name is null"),
 ])
 def test_an_environment_run_that_cannot_work_is_refused_in_one_line(tmp_path, extra, expected):
     with pytest.raises(RunContractError) as err:
@@ -69,8 +72,8 @@ def test_env_return_and_env_info_rewards_read_the_episode_columns():
     got = REWARDS.get("env_return")(["p", "p"], ["a", "b"], env_return=[0.8, 0.0])
     assert got == [0.8, 0.0]
     info = REWARDS.get("env_info")
-    assert info(["p", "p"], ["a", "b"], key="solved", env_solved=[1.0, None]) == [1.0, None]
-    with pytest.raises(ValueError, match="env_solved"):
+    assert info(["p", "p"], ["a", "b"], key="solved", env_info=[{"solved": 1.0}, {}], env_terminated=[True, False]) == [1.0, None]
+    with pytest.raises(ValueError, match="env_info"):
         info(["p"], ["a"], key="solved")  # not an environment run: the column is missing
 
 
@@ -103,3 +106,70 @@ def test_reward_to_go_credit_gives_each_turn_the_reward_from_it_on(tmp_path):
     assert not lb.adv[~batch.action_mask.bool()].any()  # observation tokens carry none
     metrics = trainer.train_step()  # and the trainer learns from per-token advantages
     assert metrics["credit/turn_spread"] > 0 and metrics["learn/updates"] == 1
+
+
+def nav_cfg(tmp_path, *extra):
+    """A text_navigation run on the arithmetic task's rows, which carry no world (guess_cfg's options are guess_number's)."""
+    return load_config(overrides=[
+        f"logging.output_dir={tmp_path / 'run'}", "logging.progress=false", "logging.log_samples_every=0",
+        "data.task=arithmetic", "data.n_train=12", "data.n_heldout=4", "environment.name=text_navigation",
+        "rewards=[{name: env_return}, {name: env_info, weight: 0.0, kwargs: {key: success}}]", "eval.accuracy_reward=env_info",
+        "rollout.group_size=4", "rollout.prompts_per_step=2", "rollout.max_new_tokens=4", "train.micro_batch_size=4",
+        "eval.before=false", "eval.after=false", *extra,
+    ])
+
+
+def test_rows_the_environment_cannot_start_from_are_refused_at_load_naming_the_columns(tmp_path):
+    from grpokit.envs.checks import rows_problem
+    from grpokit.trainer import setup
+
+    cfg = nav_cfg(tmp_path)
+    splits = setup.build_splits(cfg.data)
+    problem = rows_problem(cfg, {"train": splits.train, "heldout": splits.heldout})
+    assert problem.startswith("environment 'text_navigation' cannot start an episode from train row 0 (ValueError: text_navigation: "
+                              "the row has no world_seed, rooms, room_size column") and "\n" not in problem
+    assert "use data.task=text_navigation" in problem
+    nav = nav_cfg(tmp_path, "data.task=text_navigation")
+    nav_splits = setup.build_splits(nav.data)
+    assert rows_problem(nav, {"train": nav_splits.train, "heldout": nav_splits.heldout}) is None
+    with_option = guess_cfg(tmp_path, "environment.options={max_guesses: 0}")
+    assert "max_guesses=0 must be at least 1" in rows_problem(with_option, {"train": splits.train})  # built once, at load
+
+
+def test_a_navigation_run_on_rows_without_worlds_stops_at_its_first_step_naming_the_missing_columns(tmp_path):
+    """The run's episodes all fail at reset: the step stops in one line with that error, not the env_info
+    reward's complaint about a column the failed episodes never filled."""
+    from grpokit.envs.pool import EnvironmentFailure
+    from grpokit.trainer.loop import Trainer
+
+    model, tok = tiny_model_and_tokenizer(seed=0)
+    trainer = Trainer(nav_cfg(tmp_path), model, tok)
+    with pytest.raises(EnvironmentFailure) as err:
+        trainer.train_step()
+    msg = str(err.value)
+    assert msg.startswith("8 of 8 episodes failed (environment.max_failed_fraction=1); 8 of them: environment 'text_navigation' "
+                          "reset() raised ValueError: text_navigation: the row has no world_seed, rooms, room_size column")
+    assert "env_success" not in msg and "\n" not in msg
+
+
+def test_heldout_episodes_have_the_same_seeds_before_and_after_training_and_none_of_trainings(tmp_path):
+    """The scripted environment reports its reset seed as info['seed']: held-out row i plays 2^31 + i, so over
+    4 held-out rows env/seed = 2^31 + (0 + 1 + 2 + 3) / 4 = 2^31 + 1.5, at every evaluation; training seeds are below 2^31."""
+    from pathlib import Path
+
+    from grpokit.trainer.loop import Trainer
+
+    scripted = f"{Path(__file__).parent / '_scripted.py'}:Scripted"
+    scripted_run = (f"environment.name={scripted}", "environment.options={turns: 1}", "rewards=[{name: env_return}]",
+                    "eval.accuracy_reward=env_return")
+    cfg = nav_cfg(tmp_path, *scripted_run)
+    model, tok = tiny_model_and_tokenizer(seed=0)
+    trainer = Trainer(cfg, model, tok)
+    before = trainer.evaluate("before")["env/seed"]
+    metrics = trainer.train_step()
+    after = trainer.evaluate("after")["env/seed"]
+    assert before == after == 2**31 + 1.5
+    assert metrics["env/seed"] < 2**31  # the step's 2 groups, seeds below 2^31
+    custom = Trainer(nav_cfg(tmp_path, *scripted_run, "environment.heldout_seed=3000000000"), model, tok)
+    assert custom.evaluate("before")["env/seed"] == 3000000000 + 1.5  # named seeds
+

@@ -2,11 +2,11 @@
 
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 
+from grpokit.config.schema import EnvironmentConfig
 from grpokit.envs.base import ENVIRONMENTS, environment_factory
 from grpokit.envs.episodes import EpisodeBackend, episode_metrics
 from grpokit.envs.pool import EnvironmentFailure
@@ -25,7 +25,7 @@ SCRIPTED = f"{Path(__file__).parent / '_scripted.py'}:Scripted"
 def env_cfg(**kw):
     base = dict(name=SCRIPTED, options={}, max_turns=8, max_episode_tokens=400,
                 step_timeout_s=0.0, on_error="fail_episode", observation_role="user")
-    return SimpleNamespace(**{**base, **kw})
+    return EnvironmentConfig(**{**base, **kw})
 
 
 def prompts(tok):
@@ -139,20 +139,51 @@ def test_trained_ids_are_the_sampled_ids_even_when_decode_then_encode_would_chan
 
 
 def test_an_environment_that_raises_ends_its_episode_or_stops_the_run_by_name(tiny):
-    backend, batch = episodes(tiny, options={"raise_at": 2})
+    # max_failed_fraction above 1 is refused by the config; a stand-in shows the per-episode failures themselves
+    backend, batch = episodes(tiny, options={"raise_at": 2}, max_failed_fraction=1.0 + 1e-9)
     assert all(ep["env_failed"] and ep["turns"] == 2 and not ep["env_terminated"] for ep in batch.episodes)
     assert episode_metrics(batch)["env/failed_episodes"] == 4 and bool(batch.truncated.all())
+    assert batch.episodes[0]["env_error"] == f"environment '{SCRIPTED}' step() at turn 2 raised KeyError: 'broken env'"
     with pytest.raises(EnvironmentFailure) as err:
         episodes(tiny, options={"raise_at": 2}, on_error="raise")
     msg = str(err.value)
     assert SCRIPTED in msg and "KeyError" in msg and "\n" not in msg
 
 
+def test_a_batch_whose_every_episode_failed_stops_the_run_naming_the_most_common_error(tiny):
+    """Rows 0 and 1 lack the column reset() reads (4 episodes fail there), row 2 breaks at its first step (2 more):
+    all 6 failed, and the one line names the reset error (4 of them), not a reward's missing column downstream."""
+    model, tok = tiny
+    rows = [{"prompt": "a"}, {"prompt": "b"}, {"prompt": "c", "world": 1}]
+    texts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False, add_generation_prompt=True) for r in rows]
+    backend = EpisodeBackend(HFBackend(model, tok), env_cfg(options={"needs": "world", "raise_at": 1}), None, seed=0)
+    with pytest.raises(EnvironmentFailure) as err:
+        backend.generate(texts, rows, 2, SamplingParams(max_new_tokens=3))
+    assert str(err.value) == (
+        f"6 of 6 episodes failed (environment.max_failed_fraction=1); 4 of them: environment '{SCRIPTED}' reset() raised "
+        "KeyError: \"the row has no 'world' column\". Fix the environment or the rows, or raise environment.max_failed_fraction")
+
+
+@pytest.mark.parametrize("fraction,stops", [(1.0, False), (0.5, True)])
+def test_max_failed_fraction_stops_a_batch_at_that_share_of_failed_episodes(tiny, fraction, stops):
+    model, tok = tiny
+    rows = [{"prompt": "a"}, {"prompt": "b", "world": 1}]  # row 0's 2 episodes fail at reset: 2 of 4 = 0.5
+    texts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False, add_generation_prompt=True) for r in rows]
+    backend = EpisodeBackend(HFBackend(model, tok), env_cfg(options={"needs": "world"}, max_failed_fraction=fraction), None, seed=0)
+    if stops:
+        with pytest.raises(EnvironmentFailure, match="2 of 4 episodes failed"):
+            backend.generate(texts, rows, 2, SamplingParams(max_new_tokens=3))
+        return
+    batch = backend.generate(texts, rows, 2, SamplingParams(max_new_tokens=3))
+    assert [ep["env_failed"] for ep in batch.episodes] == [True, True, False, False]
+    assert episode_metrics(batch)["env/failed_frac"] == 0.5
+
+
 def test_an_environment_that_hangs_is_abandoned_after_the_step_timeout(tiny):
     t = time.perf_counter()
-    _, batch = episodes(tiny, options={"hang_at": 1}, step_timeout_s=0.3)
+    with pytest.raises(EnvironmentFailure, match=r"4 of 4 episodes failed .* did not return within 0.3 s \(environment.step_timeout_s\)"):
+        episodes(tiny, options={"hang_at": 1}, step_timeout_s=0.3)
     assert time.perf_counter() - t < 4  # not the 5 s sleep of each of the 4 hanging steps
-    assert all(ep["env_failed"] and ep["turns"] == 1 for ep in batch.episodes)
 
 
 def test_turn_and_token_caps_truncate_the_episode(tiny):
@@ -210,3 +241,42 @@ def test_guess_number_rows_hold_their_secret_inside_the_range_of_the_prompt():
     for row in splits.train + splits.heldout:
         assert f"from {row['lo']} to {row['hi']}" in row["prompt"] and row["lo"] <= int(row["answer"]) <= row["hi"]
         assert row["environment"] == "guess_number" and 4 <= row["hi"] - row["lo"] + 1 <= 16
+
+
+def test_heldout_episodes_play_fixed_seeds_of_their_own_and_leave_the_training_seeds_alone(tiny):
+    model, tok = tiny
+    params = SamplingParams(max_new_tokens=3)
+
+    def backend(**kw):
+        b = EpisodeBackend(HFBackend(model, tok), env_cfg(options={"turns": 1}, **kw), None, seed=5)
+        b.learner_step = 3
+        return b
+
+    fresh = [ep["env_seed"] for ep in backend().generate(prompts(tok), ROWS, 2, params).episodes]
+    b = backend()
+    held = [ep["env_seed"] for ep in b.generate(prompts(tok), ROWS, 2, params, seeds=b.heldout_seeds(0, 2)).episodes]
+    assert held == [2**31, 2**31, 2**31 + 1, 2**31 + 1]  # row i: heldout_seed + i, shared by its group
+    train = [ep["env_seed"] for ep in b.generate(prompts(tok), ROWS, 2, params).episodes]
+    assert train == fresh  # the held-out call did not advance the step's call counter
+    assert max(train) < 2**31 and set(train).isdisjoint(held)
+    assert b.heldout_seeds(5, 2) == [2**31 + 5, 2**31 + 6]  # a chunk of the held-out set keeps its rows' seeds
+    assert backend(heldout_seed=2**31 + 100).heldout_seeds(0, 1) == [2**31 + 100]
+
+
+def test_info_values_of_every_json_type_reach_the_columns_and_numbers_and_bools_the_metrics(tiny):
+    """Scripted: 3 turns of reward 1, so grpokit's return is 3 and its turns 3, whatever info says."""
+    extra = {"is_success": True, "turns": 99, "return": 5, "label": "x", "nothing": None, "path": [1, 2], "meta": {"a": 1}}
+    _, batch = episodes(tiny, options={"extra_info": extra})
+    ep = batch.episodes[0]
+    assert ep["env_info"] == {"t": 3, "action_len": ep["env_action_len"], "seed": ep["env_seed"], **extra}  # the last step's values
+    assert ep["env_is_success"] is True and ep["env_label"] == "x" and ep["env_path"] == [1, 2]
+    assert ep["env_return"] == 3.0 and ep["turns"] == 3  # info["return"] / info["turns"] do not shadow grpokit's
+    cols = batch.columns()
+    assert cols["env_return"] == [3.0] * 4 and cols["env_info"][0]["return"] == 5
+    m = episode_metrics(batch)
+    assert m["env/is_success"] == 1.0  # True -> 1
+    assert m["env/turns"] == 3 and m["env/info/turns"] == 99 and m["env/return"] == 3 and m["env/info/return"] == 5
+    assert not {"env/label", "env/nothing", "env/path", "env/meta", "env/info/label"} & set(m)
+    from grpokit.rewards.builtin import REWARDS
+
+    assert REWARDS.get("env_info")(batch.prompts, batch.completions, key="is_success", **cols) == [1.0] * 4

@@ -110,6 +110,8 @@ class EnvironmentConfig:
     credit: str = opt("episode", "advantage of a turn's tokens: episode (the group-standardised episode reward on every turn, GRPO / ActiveVLN) or reward_to_go (each turn credited with the reward from that turn on; needs algorithm.advantage grpo or dr_grpo, the fixed reward combiner and an env_return reward)", choices=["episode", "reward_to_go"])
     turn_discount: float = opt(1.0, "reward_to_go credit: gamma, the discount per turn of later turns' rewards", ge=0, le=1)
     kv_cache: bool = opt(True, "keep each episode's KV cache from one turn to the next and prefill only the new tokens (the last sampled token, the observation); false = prefill the whole context every turn (hf backend)")
+    max_failed_fraction: float = opt(1.0, "stop the run (one line naming the most common error) when at least this share of a batch's episodes failed, i.e. their environment raised or hung under on_error=fail_episode (1.0 = stop when all failed; an episode the environment ends as a loss is not a failure)", gt=0, le=1)
+    heldout_seed: int = opt(2**31, "held-out row i's episodes play seed heldout_seed + i, the same before, during and after training; training episodes use seeds below 2^31, so held-out ones never meet one", ge=2**31, le=2**32 - 1)
 
 
 @dataclass

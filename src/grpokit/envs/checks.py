@@ -1,4 +1,10 @@
-"""Load-time checks of a multi-turn run: one line naming the field, before anything loads."""
+"""Load-time checks of a multi-turn run: one line naming the field, before anything loads.
+
+:func:`environment_problem` reads the config alone; :func:`rows_problem` builds each environment
+the rows name once and resets it on the first few training and held-out rows, so rows the
+environment cannot start an episode from (a column it reads is missing, an option it refuses)
+stop the run before the model loads, not as a run whose every episode failed.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,13 @@ def environment_problem(cfg: Any) -> Optional[str]:
         episodic = [r.name for r in cfg.rewards if r.name in ("env_return", "env_info")]
         if episodic:
             return f"reward '{episodic[0]}' reads an environment episode, but environment.name is null: set environment.name or drop the reward"
+        from dataclasses import fields
+
+        default = type(e)()
+        unused = [f.name for f in fields(e) if getattr(e, f.name) != getattr(default, f.name)]
+        if unused:
+            return (f"environment.{unused[0]} is set but environment.name is null (single-turn completions), so it changes "
+                    f"nothing: set environment.name or drop environment.{unused[0]}")
         return None
     from grpokit.envs.base import ENVIRONMENTS, environment_factory
 
@@ -48,7 +61,49 @@ def environment_problem(cfg: Any) -> Optional[str]:
         if cfg.reward_combiner.name != "fixed":
             return (f"environment.credit=reward_to_go splits a weighted sum of rewards over turns, not reward_combiner.name="
                     f"{cfg.reward_combiner.name}: use the fixed combiner or credit=episode")
+    if e.credit == "episode" and e.turn_discount != 1.0:
+        return (f"environment.turn_discount={e.turn_discount:g} discounts reward_to_go credit, and environment.credit=episode "
+                "gives every turn the episode's reward undiscounted: set environment.credit=reward_to_go or drop turn_discount")
     if e.max_episode_tokens < cfg.rollout.max_new_tokens:
         return (f"environment.max_episode_tokens ({e.max_episode_tokens}) is below one turn's cap rollout.max_new_tokens "
                 f"({cfg.rollout.max_new_tokens}): raise it")
     return None
+
+
+def rows_problem(cfg: Any, splits: dict[str, list[dict]], sample: int = 3) -> Optional[str]:
+    """Why an environment cannot start episodes from the first ``sample`` rows of each split (one line), or None.
+
+    ``splits``: ``{"train": rows, "heldout": rows}``. Each environment is built once with
+    ``environment.options`` and reset on each sampled row with that split's first seed, under
+    ``environment.step_timeout_s``; its ``close()`` is called after.
+    """
+    e = cfg.environment
+    if not e.name:
+        return None
+    from grpokit.envs.base import environment_factory
+    from grpokit.envs.pool import call_all
+
+    built: dict[str, Any] = {}
+    try:
+        for split, rows in splits.items():
+            for i, row in enumerate(rows[:sample]):
+                name = row.get("environment") or e.name
+                if name not in built:
+                    outcome = call_all([lambda n=name: environment_factory(n)(**e.options)], e.step_timeout_s)[0]
+                    if not outcome.ok:
+                        return f"environment '{name}' cannot be built from environment.options {e.options}: {_why(outcome, e)}"
+                    built[name] = outcome.value
+                seed = e.heldout_seed if split == "heldout" else 0
+                outcome = call_all([lambda env=built[name], r=row: env.reset(r, seed)], e.step_timeout_s)[0]
+                if not outcome.ok:
+                    return (f"environment '{name}' cannot start an episode from {split} row {i} ({_why(outcome, e)}): "
+                            f"give the rows the columns it reads (data.task / data.path) or fix environment.name / environment.options")
+    finally:
+        for env in built.values():
+            if callable(getattr(env, "close", None)):
+                call_all([env.close], e.step_timeout_s)
+    return None
+
+
+def _why(outcome: Any, e: Any) -> str:
+    return f"no answer within environment.step_timeout_s={e.step_timeout_s:g} s" if outcome.timed_out else f"{outcome.error}"

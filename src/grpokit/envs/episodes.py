@@ -31,7 +31,9 @@ import torch
 
 from grpokit.data.chat import render_prompt
 from grpokit.envs.base import Message, StepResult, environment_factory
-from grpokit.envs.pool import call_all, check_outcome
+from grpokit.envs.info import episode_metrics  # noqa: F401  (re-exported: the trainer's env/* metrics)
+from grpokit.envs.info import episode_columns
+from grpokit.envs.pool import EnvironmentFailure, call_all, check_outcome
 from grpokit.envs.templates import TurnTemplate, observation_messages
 from grpokit.rollout.hf import completion_mask_from_eos
 from grpokit.rollout.types import RolloutBatch, SamplingParams
@@ -56,8 +58,8 @@ class _Episode:
     turns: int = 0
     done: bool = False
     terminated: bool = False
-    failed: bool = False
-    info: dict[str, float] = field(default_factory=dict)
+    error: Optional[str] = None  # why the environment failed the episode (raised, hung)
+    info: dict[str, Any] = field(default_factory=dict)  # the last value of each info key
 
     def add(self, ids: list[int], action: int, logp: Optional[list[float]] = None, entropy: Optional[list[float]] = None) -> None:
         self.ids += ids
@@ -86,6 +88,11 @@ class EpisodeBackend:
         self._step, self._calls = 0, 0
         # the KV cache across turns needs a backend that can continue one (hf's decode_turn)
         self.kv_cache = bool(getattr(env, "kv_cache", True)) and callable(getattr(backend, "decode_turn", None))
+        from grpokit.config.schema import EnvironmentConfig
+
+        defaults = EnvironmentConfig()  # stand-in sections (a benchmark's SimpleNamespace) may predate these two fields
+        self.max_failed_fraction = getattr(env, "max_failed_fraction", defaults.max_failed_fraction)
+        self.heldout_seed = getattr(env, "heldout_seed", defaults.heldout_seed)
         self._cache, self._cache_rows = None, []
 
     @property
@@ -98,28 +105,36 @@ class EpisodeBackend:
         self._step, self._calls = step, 0
 
     def episode_seed(self, group: int) -> int:
-        """A non-negative seed of (run seed, learner step, call within the step, group) [grpokit's choice]."""
+        """A training episode's seed: 31 bits of a hash of (run seed, learner step, call within the step, group).
+
+        Below 2^31, so never one of the held-out seeds (``environment.heldout_seed`` + i >= 2^31) [grpokit's choice].
+        """
         import hashlib
 
         key = f"{self.seed}/{self._step}/{self._calls}/{group}".encode()
-        return int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "little")
+        return int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "little") & 0x7FFFFFFF
+
+    def heldout_seeds(self, start: int, n: int) -> list[int]:
+        """The seeds of held-out rows ``start .. start + n - 1``: ``environment.heldout_seed + i``, the same at every evaluation."""
+        return [self.heldout_seed + i for i in range(start, start + n)]
 
     # ------------------------------------------------------------------ episodes
-    def _new_episodes(self, prompt_texts: list[str], rows: list[dict], group_size: int) -> list[_Episode]:
+    def _new_episodes(self, prompt_texts: list[str], rows: list[dict], group_size: int, seeds: Optional[list[int]]) -> list[_Episode]:
         c = self.env_cfg
         episodes, resets = [], []
         for g, row in enumerate(rows):
             name = row.get("environment") or c.name
             factory = environment_factory(name)
-            seed = self.episode_seed(g)
+            seed = self.episode_seed(g) if seeds is None else seeds[g]
             for _ in range(group_size):
                 env = factory(**c.options)
                 episodes.append(_Episode(env, name, g, prompt_texts[g]))
                 resets.append(lambda env=env, row=row, seed=seed: env.reset(row, seed))
-        self._calls += 1
+        self._calls += seeds is None  # held-out episodes leave the training seeds' sequence alone
         for ep, out in zip(episodes, call_all(resets, c.step_timeout_s)):
-            if not check_outcome(out, ep.env_name, "reset()", ep.row_index, c.on_error, c.step_timeout_s):
-                ep.done = ep.failed = True
+            ep.error = check_outcome(out, ep.env_name, "reset()", ep.row_index, c.on_error, c.step_timeout_s)
+            if ep.error is not None:
+                ep.done = True
                 continue
             if out.value:  # the first observation is the prompt; none: the row's own prompt
                 first = observation_messages(out.value, "user")
@@ -202,15 +217,14 @@ class EpisodeBackend:
         outcomes = call_all([lambda e=episodes[i].env, a=text: e.step(a) for i, text, _ in acting], c.step_timeout_s)
         for (i, _, ended), out in zip(acting, outcomes):
             ep = episodes[i]
-            if not check_outcome(out, ep.env_name, f"step() at turn {ep.turns}", ep.row_index, c.on_error, c.step_timeout_s):
-                ep.done = ep.failed = True
+            ep.error = check_outcome(out, ep.env_name, f"step() at turn {ep.turns}", ep.row_index, c.on_error, c.step_timeout_s)
+            if ep.error is not None:
+                ep.done = True
                 continue
             res = StepResult.of(out.value)
             ep.ret += res.reward
             ep.turn_rewards.append(float(res.reward))
-            for k, v in res.info.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    ep.info[k] = float(v)
+            ep.info.update(res.info)  # every value, any type: the columns and metrics sort them (grpokit.envs.info)
             if res.terminated or res.truncated or ep.turns >= c.max_turns:
                 ep.done, ep.terminated = True, res.terminated
                 continue
@@ -227,9 +241,15 @@ class EpisodeBackend:
         return all(episodes[k].prompt == episodes[k - k % g].prompt for k in range(len(episodes)))
 
     @torch.no_grad()
-    def generate(self, prompt_texts: list[str], rows: list[dict], group_size: int, params: SamplingParams) -> RolloutBatch:
-        """``group_size`` episodes per row, prompt-major, as one RolloutBatch with ``action_mask`` and ``episodes``."""
-        episodes = self._new_episodes(prompt_texts, rows, group_size)
+    def generate(self, prompt_texts: list[str], rows: list[dict], group_size: int, params: SamplingParams,
+                 seeds: Optional[list[int]] = None) -> RolloutBatch:
+        """``group_size`` episodes per row, prompt-major, as one RolloutBatch with ``action_mask`` and ``episodes``.
+
+        ``seeds``: one episode seed per row (held-out rows: :meth:`heldout_seeds`); None = training
+        seeds (:meth:`episode_seed`). Raises :class:`EnvironmentFailure` (one line, the most common
+        error) when the environment failed at least ``environment.max_failed_fraction`` of the episodes.
+        """
+        episodes = self._new_episodes(prompt_texts, rows, group_size, seeds)
         self._cache, self._cache_rows = None, []
         was_training = self.model.training
         self.model.eval()
@@ -244,6 +264,7 @@ class EpisodeBackend:
             closers = [ep.env.close for ep in episodes if callable(getattr(ep.env, "close", None))]
             if closers:  # an environment holding a connection or a process lets it go (errors are its own)
                 call_all(closers, self.env_cfg.step_timeout_s)
+        check_failures(episodes, self.max_failed_fraction)
         return self._batch(episodes, rows, group_size)
 
     def _batch(self, episodes: list[_Episode], rows: list[dict], group_size: int) -> RolloutBatch:
@@ -268,40 +289,29 @@ class EpisodeBackend:
             entropy=on(out["entropy"]), prompts=[rows[ep.row_index]["prompt"] for ep in episodes],
             completions=[next((m["content"] for m in reversed(ep.messages) if m["role"] == "assistant"), "") for ep in episodes],
             rows=[rows[ep.row_index] for ep in episodes], engine=self.engine, action_mask=on(out["action"]),
-            episodes=[episode_columns(ep) for ep in episodes],
+            episodes=[episode_columns(ep.ret, ep.messages, ep.turns, ep.terminated, ep.error, ep.turn_rewards, ep.info)
+                      for ep in episodes],
         )
 
 
-def episode_columns(ep: _Episode) -> dict[str, Any]:
-    """What an episode hands the reward functions, one column per key (``RolloutBatch.columns``)."""
-    return {"env_return": ep.ret, "messages": ep.messages, "turns": ep.turns, "env_terminated": ep.terminated,
-            "env_failed": ep.failed, "env_turn_rewards": list(ep.turn_rewards), **{f"env_{k}": v for k, v in ep.info.items()}}
+def check_failures(episodes: list[_Episode], max_failed_fraction: float) -> None:
+    """Stop the run, in one line naming the most common error, when at least ``max_failed_fraction`` of ``episodes`` failed.
 
-
-FIXED_COLUMNS = ("env_return", "messages", "turns", "env_terminated", "env_failed", "env_turn_rewards")
-
-
-def episode_metrics(batch: RolloutBatch) -> dict[str, float]:
-    """``env/*`` metrics of a batch of episodes (means over episodes unless named otherwise; {} for single-turn).
-
-    return, turns, terminated_frac, failed_episodes (a count), action_tokens / observation_tokens
-    (per episode: sampled, and appended from observations), and every numeric ``info`` key.
+    An episode fails when its environment raised or hung (not when it ends the episode as a loss):
+    such a batch trains on nothing (every reward 0, no advantage), and the rewards would only
+    report a column the episodes never filled.
     """
-    eps = batch.episodes
-    if not eps or batch.action_mask is None:
-        return {}
-    n = len(eps)
-    action, mask = batch.action_mask.float(), batch.completion_mask.float()
-    out = {
-        "env/return": sum(float(e["env_return"]) for e in eps) / n,
-        "env/turns": sum(e["turns"] for e in eps) / n,
-        "env/terminated_frac": sum(bool(e["env_terminated"]) for e in eps) / n,
-        "env/failed_episodes": float(sum(bool(e["env_failed"]) for e in eps)),
-        "env/action_tokens": float(action.sum()) / n,
-        "env/observation_tokens": float((mask - action).sum()) / n,
-    }
-    for key in sorted({k for e in eps for k in e if k.startswith("env_") and k not in FIXED_COLUMNS}):
-        values = [float(e[key]) for e in eps if e.get(key) is not None]
-        if values:
-            out[f"env/{key[4:]}"] = sum(values) / len(values)
-    return out
+    errors = [ep.error for ep in episodes if ep.error is not None]
+    if not errors or len(errors) < max_failed_fraction * len(episodes):
+        return
+    common = max(set(errors), key=lambda e: (errors.count(e), e))
+    raise EnvironmentFailure(
+        f"{len(errors)} of {len(episodes)} episodes failed (environment.max_failed_fraction={max_failed_fraction:g}); "
+        f"{errors.count(common)} of them: {common}. Fix the environment or the rows, or raise environment.max_failed_fraction")
+
+
+def episode_backend(backend: Any, cfg: Any) -> Any:
+    """The sampler of a run: ``backend`` itself, or for an environment run the :class:`EpisodeBackend` around it."""
+    if not cfg.environment.name:
+        return backend
+    return EpisodeBackend(backend, cfg.environment, cfg.data.system_prompt, seed=cfg.train.seed)

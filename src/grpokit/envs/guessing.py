@@ -27,9 +27,14 @@ class GuessNumber:
     """
 
     def __init__(self, *, max_guesses: int = 6, turn_penalty: float = 0.1) -> None:
+        if max_guesses < 1 or turn_penalty < 0:
+            raise ValueError(f"guess_number: environment.options max_guesses={max_guesses} must be at least 1 and "
+                             f"turn_penalty={turn_penalty} at least 0")
         self.max_guesses, self.turn_penalty = max_guesses, turn_penalty
 
     def reset(self, row: dict[str, Any], seed: Optional[int] = None) -> str:
+        if row.get("answer") is None:
+            raise ValueError("guess_number: the row has no 'answer' column (the secret): use data.task=guess_number or give your rows one")
         self.secret, self.guesses, self.valid = int(row["answer"]), 0, 0
         return ""  # the row's prompt is the first observation
 

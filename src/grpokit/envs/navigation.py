@@ -286,6 +286,10 @@ class TextNavigation:
 
     def __init__(self, *, success_distance: float = 3.0, r_base: float = 15.0, tol: float = 2.0, n_max: int = 120,
                  early_stopping: bool = True, max_actions_per_turn: int = 3) -> None:
+        for name, value, low in (("success_distance", success_distance, 0), ("tol", tol, 0), ("n_max", n_max, 0),
+                                 ("max_actions_per_turn", max_actions_per_turn, 0)):
+            if not value > low:
+                raise ValueError(f"text_navigation: environment.options.{name}={value} must be above {low}")
         self.success_distance, self.r_base, self.tol, self.n_max = success_distance, r_base, tol, n_max
         self.early_stopping, self.per_turn = early_stopping, max_actions_per_turn
 
@@ -293,7 +297,8 @@ class TextNavigation:
         # the world is the row's: its seed and size (the task's ``rooms`` / ``room_size`` options)
         missing = [k for k in ("world_seed", "rooms", "room_size") if k not in row]
         if missing:
-            raise ValueError(f"text_navigation: the row has no {missing} column(s); rows of the text_navigation task carry them")
+            raise ValueError(f"text_navigation: the row has no {', '.join(missing)} column (the world it is played in): "
+                             "use data.task=text_navigation or give your rows these columns")
         ep = navigation_episode(int(row["world_seed"]), int(row["rooms"]), int(row["room_size"]))
         self.world, self.agent, self.goal = ep["world"], ep["start"], ep["goal"]
         self.n_gt = len(ep["expert"]) - 1  # primitive moves, the final stop not counted

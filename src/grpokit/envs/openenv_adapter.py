@@ -6,8 +6,8 @@ running server through OpenEnv's own ``GenericEnvClient`` (dictionaries, no envi
 needed here): one session per episode, opened at ``reset`` and closed when the episode ends.
 Text moves through one field of the action (``action_key``) and one of the observation
 (``observation_key``); the observation's ``reward`` and ``done`` are the step's reward and
-termination, and its other numeric fields become ``info`` (OpenEnv's serialisation leaves an
-observation's ``metadata`` on the server).
+termination, and its other fields, of any JSON type, become ``info`` (OpenEnv's serialisation
+leaves an observation's ``metadata`` on the server).
 """
 
 from __future__ import annotations
@@ -58,8 +58,7 @@ class OpenEnvEnvironment:
     def step(self, action: str) -> StepResult:
         result = self.client.step({self.action_key: action})
         obs = result.observation
-        info = {k: v for k, v in obs.items() if k != self.observation_key and isinstance(v, (int, float)) and not isinstance(v, bool)} \
-            if isinstance(obs, dict) else {}
+        info = {k: v for k, v in obs.items() if k != self.observation_key} if isinstance(obs, dict) else {}
         if result.done:
             self.close()
             return StepResult("", float(result.reward or 0.0), terminated=True, info=info)

@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 
 
 class EnvironmentFailure(RuntimeError):
-    """An environment raised or hung and the run is configured to stop (``environment.on_error: raise``)."""
+    """An environment raised or hung and the run is configured to stop (``environment.on_error: raise``), or
+    more episodes of a batch failed than ``environment.max_failed_fraction`` allows."""
 
 
 @dataclass
@@ -63,13 +64,18 @@ def call_all(calls: list[Callable[[], Any]], timeout_s: float) -> list[CallOutco
     return outcomes
 
 
-def check_outcome(outcome: CallOutcome, env_name: str, what: str, row_index: int, on_error: str, timeout_s: float) -> bool:
-    """True when ``outcome`` holds a value; else log it and return False, or raise for ``on_error='raise'``."""
+def check_outcome(outcome: CallOutcome, env_name: str, what: str, row_index: int, on_error: str, timeout_s: float) -> Optional[str]:
+    """None when ``outcome`` holds a value; else why not, row left out (``"environment 'x' reset() raised KeyError: ..."``).
+
+    The failure is logged, or raised for ``on_error='raise'``; the returned reason is what
+    :class:`~grpokit.envs.episodes.EpisodeBackend` counts when every episode of a batch failed.
+    """
     if outcome.ok:
-        return True
+        return None
     why = f"did not return within {timeout_s:g} s (environment.step_timeout_s)" if outcome.timed_out else f"raised {outcome.error}"
+    reason = f"environment '{env_name}' {what} {why}"
     message = f"environment '{env_name}' {what} for row {row_index} {why}"
     if on_error == "raise":
         raise EnvironmentFailure(message + "; set environment.on_error=fail_episode to end such episodes as failures instead")
     log.warning("%s: the episode ends as a failure", message)
-    return False
+    return reason

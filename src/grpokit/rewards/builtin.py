@@ -291,6 +291,26 @@ def env_return(prompts: list[str], completions: list[str], env_return: Sequence 
 
 @REWARDS.register("env_info")
 def env_info(prompts: list[str], completions: list[str], *, key: str = "solved", **columns: Any) -> list[float | None]:
-    """The last value an environment reported as ``info[key]`` in an episode (e.g. ``solved``), None where it never did."""
-    column = _require("env_info", f"env_{key}", columns.get(f"env_{key}"), len(completions))
-    return [None if v is None else float(v) for v in column]
+    """The last value an environment reported as ``info[key]`` in an episode (e.g. ``solved``), None where it never did.
+
+    Reads the episodes' ``env_info`` column (``grpokit.envs.info``): a number or bool (True = 1.0,
+    numpy scalars too) is the score; a key that no episode of the batch reported, while some
+    reached an end state and reported others, is refused naming those (a typo would otherwise
+    score every episode None).
+    """
+    from grpokit.envs.info import info_number
+
+    infos = _require("env_info", "env_info", columns.get("env_info"), len(completions))
+    reported = sorted({k for info in infos if info for k in info})
+    ended = any(columns.get("env_terminated") or ())
+    if ended and reported and not any(info and key in info for info in infos):
+        raise ValueError(f"reward 'env_info': no episode reported info['{key}'] (they reported {', '.join(reported)}): set the reward's kwargs.key to one of them")
+    scores: list[float | None] = []
+    for info in infos:
+        value = (info or {}).get(key)
+        score = info_number(value)
+        if value is not None and score is None:
+            raise ValueError(f"reward 'env_info': info['{key}'] is a {type(value).__name__}, not a number or bool: "
+                             f"score it with a reward function reading the env_info column")
+        scores.append(score)
+    return scores

@@ -1,4 +1,10 @@
-"""Held-out evaluation: greedy accuracy, and with k samples per prompt mean@k and pass@k, a reward as the judge."""
+"""Held-out evaluation: greedy accuracy, and with k samples per prompt mean@k and pass@k, a reward as the judge.
+
+One function for the trainer's before / during / after evaluations and ``grpokit eval``. With an
+environment (an :class:`~grpokit.envs.episodes.EpisodeBackend`), each held-out row is played as
+an episode of its own fixed seed (``environment.heldout_seed`` + its index), the same at every
+evaluation and never one of the training episodes' seeds.
+"""
 
 from __future__ import annotations
 
@@ -48,14 +54,18 @@ def _correct(backend, rows, prompt_texts, judge, batch_size: int, k: int, params
     """
     from grpokit.envs.episodes import episode_metrics
 
+    from grpokit.envs.episodes import EpisodeBackend
+
     correct, lengths, sums, count = [], [], {}, 0
     for s in range(0, len(rows), batch_size):
-        batch = backend.generate(prompt_texts[s : s + batch_size], rows[s : s + batch_size], k, params)
+        chunk = rows[s : s + batch_size]
+        seeded = {"seeds": backend.heldout_seeds(s, len(chunk))} if isinstance(backend, EpisodeBackend) else {}
+        batch = backend.generate(prompt_texts[s : s + batch_size], chunk, k, params, **seeded)
         scores = score_completions([judge], batch.prompts, batch.completions, batch.columns(), on_error="zero")
         correct.append((scores.per_reward[judge.name].nan_to_num(0.0) >= 1.0).float().view(-1, k))
         lengths.append(batch.unit_mask.sum(-1).cpu())  # sampled tokens (an episode's observations were not)
         for key, value in episode_metrics(batch).items():
-            if key != "env/failed_episodes":  # a count, not a mean
+            if key != "env/failed_episodes":  # a count, not a mean (env/failed_frac is its share)
                 sums[key] = sums.get(key, 0.0) + value * len(batch)
         count += len(batch)
     episodes = {key: total / count for key, total in sums.items()}
