@@ -38,7 +38,12 @@ def read_preset(name: str, _seen: tuple = ()) -> dict:
     text = (resources.files("grpokit") / "presets" / f"{name}.yaml").read_text()
     data = yaml.safe_load(text) or {}
     base = data.pop("preset", None)
-    return merge(read_preset(base, _seen + (name,)), data, whole_options=True) if base else data
+    if not base:
+        return data
+    merged = merge(read_preset(base, _seen + (name,)), data, whole_options=True)
+    if "description" not in data:  # the base's description describes the base, not this preset
+        merged["description"] = f"from preset {base}"
+    return merged
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -95,8 +100,12 @@ def raw_config(path: str | None = None, preset: str | None = None, overrides: li
         data = merge(data, read_preset(preset))
     if path:
         file_data = read_yaml(path)
+        bases = [preset] if preset else []
         if "preset" in file_data:
-            data = merge(read_preset(file_data.pop("preset")), data)
+            bases.insert(0, file_data.pop("preset"))
+            data = merge(read_preset(bases[0]), data)
+        if bases and "description" not in file_data:  # a preset's description would describe the preset, not this file's run
+            file_data["description"] = f"from preset {' and '.join(bases)}"
         data = merge(data, file_data)
     for assignment in overrides:
         data = apply_set(data, assignment)
