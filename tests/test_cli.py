@@ -91,3 +91,51 @@ def test_train_label_free_dataset_with_majority_vote(tmp_path, tiny_dir, monkeyp
     assert code == 0, capsys.readouterr().err
     metrics = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert "reward/majority_vote/mean" in metrics
+
+
+def _binary_search(self, input_ids, attention, group_size, params, past=None, keep_cache=False):
+    """A scripted policy for guess_number: halve the prompt's range by every "Higher." / "Lower." in the context."""
+    import re
+
+    import torch
+
+    assert past is None and not keep_cache  # environment.kv_cache=false: each turn sees its whole context
+    turns = []
+    for ids, att in zip(input_ids.cpu(), attention.cpu()):
+        text = self.tokenizer.decode(ids[att.bool()].tolist())
+        lo, hi = map(int, re.search(r"from (-?\d+) to (-?\d+)", text).groups())
+        for guess, reply in re.findall(r"assistant\n(-?\d+)<\|im_end\|>\n<\|im_start\|>user\n(Higher|Lower)\.", text):
+            lo, hi = (int(guess) + 1, hi) if reply == "Higher" else (lo, int(guess) - 1)
+        turns += [self.tokenizer(str((lo + hi) // 2), add_special_tokens=False).input_ids + [self.eos_ids[0]]] * group_size
+    tokens = torch.full((len(turns), max(map(len, turns))), self.pad_id, dtype=torch.long, device=input_ids.device)
+    for r, t in enumerate(turns):
+        tokens[r, : len(t)] = torch.tensor(t, dtype=torch.long, device=input_ids.device)
+    return tokens, torch.full(tokens.shape, -0.5, device=input_ids.device), torch.ones(tokens.shape, device=input_ids.device)
+
+
+def test_eval_of_the_guess_number_preset_plays_the_environments_episodes(tiny_dir, monkeypatch, capsys, tmp_path):
+    """Binary search finds every secret of a range at most 16 wide within 5 guesses (6 allowed), so the held-out
+    accuracy (env_info solved) is 4 / 4 = 1; a single-turn completion would never reach the environment (accuracy 0)."""
+    from grpokit.rollout.hf import HFBackend
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(HFBackend, "_decode", _binary_search)
+    code = main(["eval", "--preset", "guess_number", "--model", tiny_dir, "--limit", "4", "--set", "environment.kv_cache=false"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    result = dict(kv.split("=") for kv in out.out.split())
+    assert result["accuracy"] == "1.0000" and result["n"] == "4" and result["env/solved"] == "1.0000"
+    assert float(result["env/turns"]) > 1  # the feedback was used: not every secret was the first guess
+
+
+def test_eval_refuses_rows_the_environment_cannot_play_before_loading_the_model(tmp_path, monkeypatch, capsys):
+    cfg = tmp_path / "nav.yaml"
+    cfg.write_text("model: {name: no/such/model}\ndata: {task: arithmetic, n_train: 4, n_heldout: 4}\n"
+                   "environment: {name: text_navigation}\n"
+                   "rewards: [{name: env_return}, {name: env_info, weight: 0.0, kwargs: {key: success}}]\n"
+                   "eval: {accuracy_reward: env_info}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no/such/model" not in err
+    assert "cannot start an episode from heldout row 0" in err and "no world_seed, rooms, room_size column" in err
