@@ -152,6 +152,11 @@ class ToolEnvironment:
     arguments that do not fit), ``failed_calls`` (the tool raised, timed out or overflowed),
     ``bad_calls`` (both), ``well_formed`` (1 - malformed / calls; 0 without calls), ``answered``
     (1: the episode ended with a turn without a call).
+
+    Each call's confinement (:mod:`grpokit.envs.sandbox`): ``sandbox`` (auto | bwrap | landlock |
+    none; building the environment raises, one line, when it is unavailable here),
+    ``tool_timeout_s`` from the call on, ``max_output_chars``, ``max_file_bytes`` per file,
+    ``memory_mb`` of address space, ``max_processes``.
     """
 
     def __init__(self, *, tools: list[str] = ("calculator",), max_calls_per_turn: int = 4, tool_timeout_s: float = 5.0,

@@ -8,6 +8,12 @@ needs and a size-capped tmpfs as its only writable folder; ``landlock`` keeps th
 namespaces and confines the worker with Landlock rules (files: read-only outside the scratch
 folder, unreadable outside the paths Python needs; TCP bind/connect denied from ABI v4);
 ``none`` runs the worker with the trainer's rights.
+
+As root, both drop the worker to ``nobody`` (``RLIMIT_NPROC`` does not bind uid 0). Under
+bwrap the bound paths' parents are made traversable inside; under landlock the host's own
+permissions still apply, so where Python lives beneath a folder only root may enter (pyenv in
+/root) a tool can use the modules imported before the drop (the tool's module and what it
+imports at its top) but not import more of the standard library inside the call.
 """
 
 from __future__ import annotations

@@ -80,6 +80,8 @@ def _own_processes() -> int:
 
 
 def _confine(request: dict) -> None:
+    lim = request["limits"]
+    processes = lim["processes"] + (_own_processes() if lim["count_host_processes"] else 0)  # /proc: before Landlock
     rules = request.get("landlock")
     ruleset = _landlock_ruleset(rules["read"], rules["write"]) if rules else None  # opens the paths: before the uid drop
     uid = request.get("drop_to_uid")
@@ -89,8 +91,6 @@ def _confine(request: dict) -> None:
         os.setuid(uid)  # from 0 to another uid: every capability goes too
     if ruleset is not None:
         _landlock_apply(ruleset)
-    lim = request["limits"]
-    processes = lim["processes"] + (_own_processes() if lim["count_host_processes"] else 0)
     for which, value in ((resource.RLIMIT_CPU, lim["cpu_s"]), (resource.RLIMIT_AS, lim["memory_bytes"]),
                          (resource.RLIMIT_FSIZE, lim["file_bytes"]), (resource.RLIMIT_NPROC, processes),
                          (resource.RLIMIT_CORE, 0)):
