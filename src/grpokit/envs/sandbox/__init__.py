@@ -15,7 +15,8 @@ files              only the paths Python needs, read-only;     Landlock: read-on
                                                                the scratch folder
 scratch folder     a tmpfs of ``scratch_bytes``, the cwd       a fresh host folder, the cwd
 network            a new network namespace (no interfaces      TCP bind/connect denied (ABI v4); UDP
-                   but its own loopback)                       is not covered by Landlock
+                   but its own loopback)                       and unix sockets named by a path (as
+                                                               the uid may open them) are not covered
 processes          its own PID namespace, killed whole with    a process group, killed (a child that
                    the call                                    calls setsid outlives it, under the
                                                                rlimits); abstract unix sockets and
