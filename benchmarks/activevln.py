@@ -11,7 +11,10 @@ Navigation", arXiv 2509.12618. Stage 1 is ``grpokit train --preset activevln_sft
 the expert episodes of 40 training worlds, action tokens only); stage 2 runs the ``activevln``
 preset from that checkpoint twice with the same seed and the same number of steps: with the
 paper's dynamic early stopping (an episode fails once its executed steps exceed
-``min(floor(2 * N_gt), 120)``) and without it (only the 40-turn budget ends an episode). Held-out
+``min(floor(2 * N_gt), 120)``) and without it. Without it an episode that does not stop ends at
+the preset's episode token cap (``environment.max_episode_tokens`` 1536 tokens after the prompt,
+~54 a turn: near turn 28, when the next turn no longer fits), before the 40-turn budget
+(``environment.max_turns``) is reached. Held-out
 success rate (greedy episodes on 100 unseen worlds) is measured on the base model, after stage 1
 and after each stage-2 arm, every time with early stopping off (one protocol for all four, so
 neither arm is judged by the mechanism it trained with). Rollout tokens are every token after the
@@ -64,8 +67,9 @@ def heldout_eval(model: str, overrides: list[str], out: Path) -> dict:
     ``env/steps``, ``env/blocked``, ...).
 
     Every evaluation of the benchmark (base model, after imitation, after each GRPO arm) uses the
-    same protocol: early stopping off, only the 40-turn budget ends an episode, so neither arm is
-    judged by the mechanism it trained with.
+    same protocol: early stopping off, so an episode that does not stop ends at the preset's
+    1536-token episode cap (near turn 28) or the 40-turn budget, whichever comes first, and
+    neither arm is judged by the mechanism it trained with.
     """
     from grpokit.config import load_config
     from grpokit.trainer.loop import Trainer
