@@ -135,6 +135,15 @@ def test_a_user_tool_cannot_write_outside_its_scratch_folder(tmp_path, tools, ba
     assert not target.exists()
 
 
+def test_a_user_tool_cannot_write_into_the_repo(tools, backend):
+    target = REPO_README.parent / f"escaped-by-a-tool-{backend}.txt"
+    try:
+        _failed(run_tool(tools("write_with_os_open"), {"path": str(target)}, sandbox=backend), "exception")
+        assert not target.exists()
+    finally:
+        target.unlink(missing_ok=True)  # only if the sandbox failed
+
+
 def test_a_user_tool_cannot_read_the_repo_or_files_outside_its_view(tmp_path, tools, backend):
     secret = tmp_path / "secret.txt"
     secret.write_text("the trainer's secret")

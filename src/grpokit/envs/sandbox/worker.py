@@ -42,7 +42,7 @@ def _landlock_ruleset(read: list[str], write: list[str]) -> int:
 
     attr = Attr(int(fs), _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0, _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL if abi >= 6 else 0)
     size = ctypes.sizeof(ctypes.c_uint64) * (3 if abi >= 6 else 2 if abi >= 4 else 1)
-    syscall = get_libc()["syscall"]
+    syscall = get_libc()["syscall"]  # 444: landlock_create_ruleset, one number on every architecture
     syscall.restype = ctypes.c_long
     fd = syscall(ctypes.c_long(444), ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if fd < 0:
