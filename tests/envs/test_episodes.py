@@ -280,3 +280,12 @@ def test_info_values_of_every_json_type_reach_the_columns_and_numbers_and_bools_
     from grpokit.rewards.builtin import REWARDS
 
     assert REWARDS.get("env_info")(batch.prompts, batch.completions, key="is_success", **cols) == [1.0] * 4
+
+
+def test_observation_role_is_the_chat_role_of_text_observations(tiny):
+    _, tok = tiny
+    for role in ("user", "tool"):
+        _, batch = episodes(tiny, observation_role=role)
+        assert [m["role"] for m in batch.episodes[0]["messages"]] == ["assistant", role, "assistant", role, "assistant"]
+        n = int(batch.completion_mask[0].sum())
+        assert f"<|im_start|>{role}\nobs1<|im_end|>" in tok.decode(batch.completion_ids[0, :n].tolist())

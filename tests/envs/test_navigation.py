@@ -130,3 +130,33 @@ def test_the_world_size_travels_with_the_row_and_colours_name_one_door():
         make_world(random.Random(0), 4, 4)
     with pytest.raises(ValueError, match=r"no rooms, room_size column"):  # no silent 2 x 2 world
         env.reset({"world_seed": 0})
+
+
+def test_every_option_of_text_navigation_changes_the_episode(rows):
+    """Each constructor option acts (a default-valued option would pass any test), and a value that cannot act is refused."""
+    import math
+
+    row = rows[0]
+    env = environment_factory("text_navigation")()
+    env.reset(row)
+    d = math.dist(env.agent[:2], env.goal)
+    assert d > 3.0 and env.step("stop").reward == 0.0  # the default 3 m: too far
+    # success_distance d + 1, r_base 30: R = 30 * (1 - d / (d + 1)) = 30 / (d + 1), a success
+    env = environment_factory("text_navigation")(success_distance=d + 1, r_base=30.0)
+    env.reset(row)
+    result = env.step("stop")
+    assert result.info["success"] == 1.0 and result.reward == pytest.approx(30.0 / (d + 1), abs=1e-9)
+    n_gt = row["n_gt"]
+    for options, budget in (({"tol": 1.0}, n_gt), ({"n_max": 3}, min(2 * n_gt, 3))):  # min(floor(tol * N_gt), N_max)
+        env = environment_factory("text_navigation")(**options)
+        env.reset(row)
+        assert env.budget == budget
+    four = "turn left, turn right, turn left, turn right"
+    env.reset(row)
+    assert env.step(four).info["malformed"] == 1.0  # 3 actions a turn by default
+    env = environment_factory("text_navigation")(max_actions_per_turn=4)
+    env.reset(row)
+    assert not env.step(four).terminated and env.steps == 4
+    for bad in ({"success_distance": 0.0}, {"tol": -1.0}, {"n_max": 0}, {"max_actions_per_turn": 0}):
+        with pytest.raises(ValueError, match=f"environment.options.{next(iter(bad))}="):
+            environment_factory("text_navigation")(**bad)

@@ -39,7 +39,8 @@ class CountVowels(Environment):
 
     def reset(self, seed=None, episode_id=None, **kwargs):
         self._state = State(episode_id=episode_id or "e", step_count=0)
-        return TextObservation(text=f"Say something (seed {seed}).", reward=0.0, done=False)
+        about = f" about {kwargs['prompt']}" if "prompt" in kwargs else ""  # a row column passed by reset_from_row
+        return TextObservation(text=f"Say something (seed {seed}){about}.", reward=0.0, done=False)
 
     def step(self, action, timeout_s=None, **kwargs):
         self._state.step_count += 1
@@ -77,6 +78,27 @@ def test_the_adapter_runs_an_episode_on_the_server(server):
     assert (first.observation, first.reward, first.terminated, first.info) == ("turn 1", 3.0, False, {"vowels": 3})
     last = env.step("queue")
     assert last.terminated and last.reward == 4.0 and env.client is None  # the session closes with the episode
+
+
+def test_every_option_of_the_adapter_acts(server):
+    make = environment_factory("openenv")
+    env = make(base_url=server, reset_from_row=["prompt"], message_timeout_s=7.0)
+    assert env.reset({"prompt": "cats", "answer": "1"}, seed=2) == "Say something (seed 2) about cats."  # the row's column
+    assert env.client._message_timeout == 7.0  # OpenEnv's client waits this long for each reply
+    env.close()
+    env = make(base_url=server, observation_key="vowels")
+    assert env.reset({"prompt": "x"}, seed=1) == "0"  # the text comes from that field
+    assert env.step("aa").info == {"text": "turn 1"}  # the other fields, whatever their type, are info
+    env.close()
+    env = make(base_url=server, observation_key="speech")
+    with pytest.raises(KeyError, match="set environment.options.observation_key"):
+        env.reset({"prompt": "x"})
+    env.close()
+    env = make(base_url=server, action_key="words")  # SayAction has no 'words' field: the server refuses the action
+    env.reset({"prompt": "x"})
+    with pytest.raises(RuntimeError, match="VALIDATION_ERROR"):
+        env.step("aa")
+    env.close()
 
 
 def test_an_openenv_environment_trains_end_to_end_on_the_tiny_model(server, tmp_path):
