@@ -36,7 +36,8 @@ class StepResult:
     reward:      this step's reward (the episode return is their sum)
     terminated:  the episode reached an end state
     truncated:   the episode was cut short (a step budget) without an end state
-    info:        anything else; numeric entries are averaged into ``env/<key>`` metrics
+    info:        anything else, any JSON value: every key reaches the rewards (``env_info``), numbers and
+                 bools the ``env/<key>`` metrics (:mod:`grpokit.envs.info`)
     """
 
     observation: Observation = ""

@@ -5,7 +5,9 @@ I/O (a server, a subprocess) overlap, and one that hangs is abandoned after ``ti
 instead of stalling the batch (a daemon thread never blocks the interpreter's exit). An
 environment that raises or times out either ends its episode as a failure (``on_error:
 fail_episode``: truncated, no further reward, counted in ``env/errors`` / ``env/timeouts``) or
-stops the run with one line naming the environment and the row (``on_error: raise``).
+stops the run with one line naming the environment and the row (``on_error: raise``). A batch in
+which at least ``environment.max_failed_fraction`` of the episodes failed stops the run too
+(:func:`grpokit.envs.episodes.check_failures`), naming the most common of these reasons.
 """
 
 from __future__ import annotations
