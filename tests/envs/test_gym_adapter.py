@@ -25,7 +25,8 @@ class CountLetters(gymnasium.Env):
 
     def step(self, action):
         self.t += 1
-        return f"turn {self.t} done", float(action.count("a")), False, self.t >= self.turns, {"as": action.count("a")}
+        info = {"as": action.count("a"), "is_success": "a" in action}  # gymnasium's usual bool
+        return f"turn {self.t} done", float(action.count("a")), False, self.t >= self.turns, info
 
 
 gymnasium.register(id="grpokit-test/CountLetters-v0", entry_point=CountLetters)
@@ -37,7 +38,7 @@ def test_the_adapter_passes_the_row_and_maps_gymnasium_tuples():
     first = env.step("banana")
     assert (first.observation, first.reward, first.terminated, first.truncated) == ("turn 1 done", 3.0, False, False)
     last = env.step("x")
-    assert last.truncated and last.observation == "" and last.info == {"as": 0}
+    assert last.truncated and last.observation == "" and last.info == {"as": 0, "is_success": False}
     with pytest.raises(ValueError, match="gymnasium.make"):
         environment_factory("gymnasium")(id="grpokit-test/Missing-v0")
 
@@ -49,7 +50,7 @@ def test_a_gymnasium_environment_trains_end_to_end_on_the_tiny_model(tmp_path):
         f"logging.output_dir={tmp_path / 'run'}", "logging.progress=false", "logging.log_samples_every=0",
         "data.task=arithmetic", "data.n_train=8", "data.n_heldout=2",
         "environment.name=gymnasium", "environment.options={id: grpokit-test/CountLetters-v0}",
-        "environment.max_episode_tokens=120", "rewards=[{name: env_return}]",
+        "environment.max_episode_tokens=120", "rewards=[{name: env_return}, {name: env_info, weight: 0.0, kwargs: {key: is_success}}]",
         "rollout.group_size=4", "rollout.prompts_per_step=2", "rollout.max_new_tokens=6", "train.micro_batch_size=4",
         "train.steps=2", "eval.before=false", "eval.after=false",
     ])
@@ -62,5 +63,7 @@ def test_a_gymnasium_environment_trains_end_to_end_on_the_tiny_model(tmp_path):
     assert all(ep["turns"] == 3 for ep in batch.episodes)
     counts = [sum(m["content"].count("a") for m in ep["messages"] if m["role"] == "assistant") for ep in batch.episodes]
     assert scores.per_reward["env_return"].tolist() == [float(c) for c in counts]
+    last_said_a = [float("a" in [m for m in ep["messages"] if m["role"] == "assistant"][-1]["content"]) for ep in batch.episodes]
+    assert scores.per_reward["env_info"].tolist() == last_said_a  # info["is_success"]: True -> 1.0, False -> 0.0
     metrics = trainer.train_step()
-    assert metrics["env/turns"] == 3 and "env/as" in metrics
+    assert metrics["env/turns"] == 3 and "env/as" in metrics and 0.0 <= metrics["env/is_success"] <= 1.0
