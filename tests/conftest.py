@@ -15,3 +15,10 @@ def pytest_report_header(config):
     """Key package versions and whether every installed distribution equals the lock (MISMATCH lists the rest);
     tests/test_install_lock.py fails on a mismatch."""
     return header()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The same two lines at the end when ``-q`` (as ``make test`` runs) hides the header."""
+    if config.get_verbosity() < 0:
+        for line in header():
+            terminalreporter.write_line(line)
