@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="a fixed number of steps per PAPO / GRPO run instead of --papo-minutes (fair when the machine is shared)")
     p.add_argument("--video-minutes", type=float, default=5.0)
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--model", default=None,
+                   help="model.name of every run (default: the preset's embedded tiny-qwen2vl); e.g. a folder built "
+                        "with another build seed by `python -m grpokit.vision.pretrain --out DIR --seed S`")
     p.add_argument("--out", default=None)
     p.add_argument("--efficacy", default=str(ROOT / "docs" / "efficacy.md"))
     p.add_argument("--dry-run", action="store_true")
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="vision-"))
     studies = a.only or ["grpo", "papo", "video"]
-    common = ["logging.progress=false"]
+    common = ["logging.progress=false"] + ([f"model.name={a.model}"] if a.model else [])
     if a.dry_run:
         from grpokit.vision.tiny_qwen2vl import save_tiny_qwen2vl
 

@@ -24,7 +24,7 @@ from grpokit.policies.masked_diffusion import CanvasBatch
 from grpokit.rollout.types import RolloutBatch, SamplingParams
 
 EMBEDDED_PALETTE = {"tiny-palette-mdm": "grpokit's class-conditional 8x8 palette mask predictor (noisy prior, built here)"}
-VERSION = "v1"
+VERSION = "v2"  # v2: built with the numerics pinned (grpokit.model.fingerprint), weights fingerprinted
 
 
 def _seed(*parts: Any) -> int:
@@ -50,15 +50,32 @@ def palette_folder(name: str) -> Path:
 
     if name not in EMBEDDED_PALETTE:
         return Path(model_source(name)).expanduser()
+    from grpokit.model.fingerprint import log_fingerprint, pinned_build
+
     root = os.environ.get("GRPOKIT_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "grpokit")
     folder = Path(root).expanduser() / f"tiny-palette-mdm-{VERSION}"
     if not (folder / PALETTE_VOCAB).is_file():
-        from grpokit.diffusion.model import save_mdm
-
-        predictor = build_palette_predictor(seed=0)
-        loss = pretrain_palette(predictor, steps=400, seed=0)
-        save_mdm(predictor, PaletteTokenizer(), folder, extra={"version": VERSION, "pretrain_loss": loss})
+        pinned_build("grpokit.diffusion.cogrpo_policy:build_palette", folder)
+    log_fingerprint(folder, "tiny-palette-mdm")
     return folder
+
+
+def build_palette(out: Path, *, seed: int = 0, steps: int = 400) -> Path:
+    """The palette predictor at ``out``: built with ``seed``, MaskGIT noisy-prior pretrained, saved with its fingerprint; atomic.
+
+    :func:`palette_folder` runs it in a child process with the CPU numerics pinned
+    (:func:`grpokit.model.fingerprint.pinned_build`).
+    """
+    from grpokit.diffusion.model import save_mdm
+    from grpokit.model.fingerprint import record
+    from grpokit.model.loading import atomic_folder
+
+    predictor = build_palette_predictor(seed=seed)
+    loss = pretrain_palette(predictor, steps=steps, seed=seed)
+    with atomic_folder(out) as tmp:
+        save_mdm(predictor, PaletteTokenizer(), tmp, extra={"version": VERSION, "pretrain_loss": loss})
+        record(tmp, "tiny-palette-mdm", {"version": VERSION, "seed": seed, "steps": steps})
+    return Path(out)
 
 
 def load_cogrpo(name: str, steps: int, knobs: tuple[str, ...], std: float, lr_scale: float, device: Any = None):

@@ -14,7 +14,9 @@ about half the time. Training prompts never include the tasks' held-out prompts 
     python -m grpokit.diffusion.pretrain                 # builds and caches the embedded tiny-mdm
     python -m grpokit.diffusion.pretrain --out DIR --steps 600
 
-Deterministic in ``seed`` with one torch thread; the cache folder is written atomically.
+Deterministic in ``seed`` with one torch thread; the cache folder is written atomically, with its
+fingerprint (``grpokit-build.json``), by a child process with the CPU numerics pinned
+(:mod:`grpokit.model.fingerprint`), so that it is meant to be the same model on any x86 CPU.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from grpokit.diffusion.likelihoods import llada_sft_loss
 from grpokit.diffusion.model import MDMTokenizer, build_mdm, is_mdm_folder, mdm_logits, save_mdm
 
 log = logging.getLogger(__name__)
-VERSION = "v1"
+VERSION = "v2"  # v2: built with the numerics pinned (grpokit.model.fingerprint), weights fingerprinted
 CANVAS = 8  # answer + [EOS] padding: every task's answer fits (countdown's longest is 7 characters)
 HELDOUT = 256
 SIZES = {"hidden": 64, "layers": 4, "heads": 4}
@@ -109,20 +111,31 @@ def train(model: torch.nn.Module, tok: MDMTokenizer, *, steps: int, clean_steps:
 
 
 def build(out: Path, *, steps: int = 3200, clean_steps: int = 2400, seed: int = 0) -> Path:
+    """The tiny-mdm at ``out``: built with seed ``seed``, noisy-prior trained, saved with its fingerprint; atomic."""
+    from grpokit.model.fingerprint import record
+    from grpokit.model.loading import atomic_folder
+
     tok = MDMTokenizer()
     model = build_mdm(len(tok), seed=seed, **SIZES)
     stats = train(model, tok, steps=steps, clean_steps=clean_steps, seed=seed)
     log.info("tiny-mdm: %s", stats)
-    return save_mdm(model, tok, out, extra={"version": VERSION, "steps": steps, "clean_steps": clean_steps, "seed": seed,
-                                            "canvas": CANVAS, **SIZES, **stats})
+    settings = {"version": VERSION, "steps": steps, "clean_steps": clean_steps, "seed": seed, "canvas": CANVAS, **SIZES}
+    with atomic_folder(out) as tmp:
+        save_mdm(model, tok, tmp, extra={**settings, **stats})
+        record(tmp, "tiny-mdm", settings)
+    return Path(out)
 
 
 def ensure_tiny_mdm() -> Path:
-    """The cached embedded model's folder, built (deterministically, a few CPU minutes) on first use."""
+    """The cached embedded model's folder, built on first use in a child process with the numerics pinned
+    (:func:`grpokit.model.fingerprint.pinned_build`, a few CPU minutes); its fingerprint is logged."""
+    from grpokit.model.fingerprint import log_fingerprint, pinned_build
+
     folder = cache_dir()
     if not is_mdm_folder(folder):
         log.warning("building the embedded tiny-mdm into %s (once, a few minutes on one CPU thread)", folder)
-        build(folder)
+        pinned_build("grpokit.diffusion.pretrain:build", folder)
+    log_fingerprint(folder, "tiny-mdm")
     return folder
 
 
@@ -134,7 +147,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    out = build(Path(args.out) if args.out else cache_dir(), steps=args.steps, clean_steps=args.clean_steps, seed=args.seed)
+    from grpokit.model.fingerprint import pinned_build
+
+    out = pinned_build("grpokit.diffusion.pretrain:build", Path(args.out) if args.out else cache_dir(), steps=args.steps,
+                       clean_steps=args.clean_steps, seed=args.seed)
     print(f"wrote {out}")
 
 

@@ -60,7 +60,10 @@ def load_vision_model(name: str, dtype: str = "float32", device: Any = None, **p
 
     from grpokit.vision.processor import VisionProcessor
 
+    from grpokit.model.fingerprint import log_fingerprint
+
     folder = resolve(name)
+    log_fingerprint(folder, name)
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch_dtype, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)

@@ -14,7 +14,9 @@ on noisy labels alone learned only the question's answer prior in 400 steps [mea
     python -m grpokit.vision.pretrain            # builds and caches the embedded tiny-qwen2vl
     python -m grpokit.vision.pretrain --out DIR --steps 600
 
-Deterministic in ``seed``; the cache folder is written atomically (a temporary folder renamed).
+Deterministic in ``seed``; the cache folder is written atomically (a temporary folder renamed) with its
+fingerprint (``grpokit-build.json``, :mod:`grpokit.model.fingerprint`). The cached model is built in a
+child process with the CPU numerics pinned, so that it is meant to be the same model on any x86 CPU.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 import torch
 
 log = logging.getLogger(__name__)
-VERSION = "v2"
+VERSION = "v3"  # v3: built with the numerics pinned (grpokit.model.fingerprint), weights fingerprinted
 # The embedded model's size: text hidden 128 and vision embed 64 learn count and shape, which the v1
 # sizes (64 / 32) did not at any learning rate tried [measured: 100% vs 28-36% held-out, clean labels].
 SIZES = {"hidden": 128, "vision_embed": 64}
@@ -121,21 +123,27 @@ def build(out: str | Path, *, seed: int = 0, steps: int = 3200, sizes: dict | No
 
     from grpokit.model.loading import atomic_folder
 
+    from grpokit.model.fingerprint import record
+
+    sizes = SIZES if sizes is None else sizes
     with atomic_folder(out) as tmp:
-        save_tiny_qwen2vl(tmp, seed=seed, **(SIZES if sizes is None else sizes))
+        save_tiny_qwen2vl(tmp, seed=seed, **sizes)
         result = train(tmp, steps=steps, seed=seed, **kwargs)
         (tmp / "grpokit-pretrain.txt").write_text(f"noisy prior {VERSION} seed={seed} steps={steps} {result}\n")
+        record(tmp, "tiny-qwen2vl", {"version": VERSION, "seed": seed, "steps": steps, **sizes, **kwargs})
     return Path(out)
 
 
 def ensure_tiny_vlm(seed: int = 0) -> Path:
-    """The embedded ``tiny-qwen2vl`` folder in the grpokit cache, built on first use (a few CPU minutes)."""
+    """The embedded ``tiny-qwen2vl`` folder in the grpokit cache, built on first use in a child process with
+    the numerics pinned (:func:`grpokit.model.fingerprint.pinned_build`; about 15 CPU minutes)."""
+    from grpokit.model.fingerprint import pinned_build
     from grpokit.model.loading import cache_dir
 
     folder = cache_dir() / "models" / f"tiny-qwen2vl-{VERSION}-seed{seed}"
     if not (folder / "config.json").is_file():
         log.info("building the tiny Qwen2-VL (noisy prior, seed %d) in %s: first use only", seed, folder)
-        build(folder, seed=seed)
+        pinned_build("grpokit.vision.pretrain:build", folder, seed=seed)
     return folder
 
 
@@ -146,7 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    folder = build(a.out, seed=a.seed, steps=a.steps) if a.out else ensure_tiny_vlm(a.seed)
+    if a.out:
+        from grpokit.model.fingerprint import pinned_build
+
+        folder = pinned_build("grpokit.vision.pretrain:build", a.out, seed=a.seed, steps=a.steps)
+    else:
+        folder = ensure_tiny_vlm(a.seed)
     print(folder)
     return 0
 

@@ -9,7 +9,8 @@ model's samples have the requested colour about half the time and GRPO with the 
 ``colour_fraction`` reward has room to climb (the noisy-prior recipe; the fixed partner is
 grpokit's choice [inferred], as for the tiny VLM). One torch thread (faster than two on this
 machine for a model this small); deterministic in ``seed``; the cache folder is written
-atomically.
+atomically, with its fingerprint, by a child process with the CPU numerics pinned
+(:mod:`grpokit.model.fingerprint`).
 
     python -m grpokit.diffusion.flow.pretrain            # builds and caches the embedded tiny-flow
     python -m grpokit.diffusion.flow.pretrain --out DIR --steps 400
@@ -26,7 +27,7 @@ from pathlib import Path
 import torch
 
 log = logging.getLogger(__name__)
-VERSION = "v1"
+VERSION = "v2"  # v2: built with the numerics pinned (grpokit.model.fingerprint), weights fingerprinted
 SIZE, CHANNELS, STEPS = 8, (16, 32), 1500  # 0.17 M parameters; 1500 steps of 64 images: 2.3 min on one thread [measured]
 
 
@@ -77,21 +78,28 @@ def build(out: str | Path, *, seed: int = 0, steps: int = STEPS, size: int = SIZ
     torch.manual_seed(seed)
     model = TinyFlowModel(unet_config(size, NUM_CLASSES, channels), [prompt_for(*condition_of(i)) for i in range(NUM_CLASSES)])
     result = train(model, steps=steps, seed=seed, **kwargs) if steps else {"loss": float("nan"), "minutes": 0.0}
+    from grpokit.model.fingerprint import record
+
     with atomic_folder(out) as tmp:
         model.save_pretrained(tmp)
         (tmp / "grpokit-pretrain.txt").write_text(f"noisy prior {VERSION} seed={seed} steps={steps} {result}\n")
+        record(tmp, "tiny-flow", {"version": VERSION, "seed": seed, "steps": steps, "size": size, "channels": list(channels),
+                                  **kwargs})
     return Path(out)
 
 
 def ensure_tiny_flow(seed: int = 0) -> Path:
-    """The embedded ``tiny-flow`` folder in the grpokit cache, built on first use (a few CPU minutes)."""
+    """The embedded ``tiny-flow`` folder in the grpokit cache, built on first use in a child process with the
+    numerics pinned (:func:`grpokit.model.fingerprint.pinned_build`, a few CPU minutes); its fingerprint is logged."""
     from grpokit.diffusion.flow.model import CONFIG_FILE
+    from grpokit.model.fingerprint import log_fingerprint, pinned_build
     from grpokit.model.loading import cache_dir
 
     folder = cache_dir() / "models" / f"tiny-flow-{VERSION}-seed{seed}"
     if not (folder / CONFIG_FILE).is_file():
         log.info("building tiny-flow (noisy prior, seed %d) in %s: first use only", seed, folder)
-        build(folder, seed=seed)
+        pinned_build("grpokit.diffusion.flow.pretrain:build", folder, seed=seed)
+    log_fingerprint(folder, "tiny-flow")
     return folder
 
 
@@ -102,7 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    folder = build(a.out, seed=a.seed, steps=a.steps) if a.out else ensure_tiny_flow(a.seed)
+    if a.out:
+        from grpokit.model.fingerprint import pinned_build
+
+        folder = pinned_build("grpokit.diffusion.flow.pretrain:build", a.out, seed=a.seed, steps=a.steps)
+    else:
+        folder = ensure_tiny_flow(a.seed)
     print(folder)
     return 0
 
