@@ -289,3 +289,12 @@ def test_observation_role_is_the_chat_role_of_text_observations(tiny):
         assert [m["role"] for m in batch.episodes[0]["messages"]] == ["assistant", role, "assistant", role, "assistant"]
         n = int(batch.completion_mask[0].sum())
         assert f"<|im_start|>{role}\nobs1<|im_end|>" in tok.decode(batch.completion_ids[0, :n].tolist())
+
+
+def test_an_option_the_environments_constructor_refuses_fails_its_episodes_by_name(tiny):
+    """A file.py:Class environment's options are not checked by a registry: its constructor's TypeError is the episodes'
+    failure, and the batch, all failed, stops in one line instead of a traceback out of the rollout."""
+    with pytest.raises(EnvironmentFailure) as err:
+        episodes(tiny, options={"turn": 3})
+    assert f"4 of them: environment '{SCRIPTED}' __init__() raised TypeError: Scripted.__init__() got an unexpected keyword " \
+           "argument 'turn'" in str(err.value)

@@ -127,12 +127,13 @@ class EpisodeBackend:
             factory = environment_factory(name)
             seed = self.episode_seed(g) if seeds is None else seeds[g]
             for _ in range(group_size):
-                env = factory(**c.options)
-                episodes.append(_Episode(env, name, g, prompt_texts[g]))
-                resets.append(lambda env=env, row=row, seed=seed: env.reset(row, seed))
+                ep = _Episode(None, name, g, prompt_texts[g])
+                episodes.append(ep)
+                resets.append(lambda ep=ep, factory=factory, row=row, seed=seed: self._start(ep, factory, row, seed))
         self._calls += seeds is None  # held-out episodes leave the training seeds' sequence alone
         for ep, out in zip(episodes, call_all(resets, c.step_timeout_s)):
-            ep.error = check_outcome(out, ep.env_name, "reset()", ep.row_index, c.on_error, c.step_timeout_s)
+            ep.error = check_outcome(out, ep.env_name, "reset()" if ep.env is not None else "__init__()", ep.row_index,
+                                     c.on_error, c.step_timeout_s)
             if ep.error is not None:
                 ep.done = True
                 continue
@@ -141,6 +142,12 @@ class EpisodeBackend:
                 ep.prompt = render_prompt(self.tokenizer, first, self.system_prompt)
                 ep.messages = list(first)
         return episodes
+
+    def _start(self, ep: _Episode, factory: Any, row: dict, seed: int) -> Any:
+        """Build ``ep``'s environment with ``environment.options`` and reset it (in a pool thread: an option the
+        constructor refuses fails the episode, named, like a reset that raises)."""
+        ep.env = factory(**self.env_cfg.options)
+        return ep.env.reset(row, seed)
 
     def _decode_turn(self, episodes: list[_Episode], live: list[int], shared_group: int, params: SamplingParams):
         """Sampled ids, log-probs and entropies ``[len(live), T]`` of one turn of the ``live`` episodes."""
