@@ -95,6 +95,25 @@ class Registry:
         names = {p.name for fn in fns for p in _option_params(fn)}
         return sorted(names - self.context)
 
+    def context_taken(self, name: str, values: Mapping[str, Any]) -> set[str]:
+        """The axis's context keywords that ``name`` reads, given the run's option and context ``values``.
+
+        Those its signature names (all of them for a ``**kwargs`` function), less those its
+        registration's ``context_if`` switches off: ``context_if={key: (switch, on)}`` says ``key``
+        is read only while the option or context value ``switch`` (from ``values``, else its
+        signature default) is one of ``on`` (e.g. CISPO reads the clip range only with ``ppo_mask``).
+        A config field whose context keyword is not taken has no effect on the run.
+        """
+        spec = self.spec(name)
+        params = inspect.signature(spec.fn).parameters
+        catch_all = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        taken = set(self.context) if catch_all else {k for k in self.context if k in params}
+        for key, (switch, on) in dict(spec.props.get("context_if") or {}).items():
+            default = params[switch].default if switch in params else None
+            if values.get(switch, default) not in on:
+                taken.discard(key)
+        return taken
+
     def check_options(self, name: str, options: Mapping[str, Any], where: str) -> None:
         """Raise ``ValueError`` (one line) when ``options`` holds a key that ``name`` does not take."""
         valid = self.option_names(name)

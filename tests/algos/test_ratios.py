@@ -180,3 +180,30 @@ def test_two_sided_clip_off_by_default_and_validated():
     assert float(out) == pytest.approx(10.0) and "clip/dual_frac" not in m
     with pytest.raises(ValueError, match="clip_ratio_c"):
         POLICY_LOSSES.get("ppo_clip")(inp, clip_ratio_c=0.5)
+
+
+def test_ts_grpo_kl_is_a_token_mean_over_the_batch_not_a_sequence_mean():
+    # adv = 0, on-policy: the policy term is 0 and the loss is beta * KL alone.
+    # logp = 0; ref_logp: row 0 has one token with d = ln 2, row 1 three tokens with d = 0.
+    # k3 = e^d - d - 1: row 0 -> 2 - ln 2 - 1 = 0.306853, row 1 -> 0, 0, 0.
+    # token mean (TS-GRPO): beta * 0.306853 / 4 tokens = 0.5 * 0.076713 = 0.038357
+    # (a sequence mean would give 0.5 * (0.306853 / 1 + 0 / 3) / 2 = 0.076713)
+    from grpokit.algos.kl import KL_ESTIMATORS
+    from grpokit.algos.objective import grpo_objective
+    from grpokit.config.loading import load_config
+    from grpokit.trainer.learner import Objective
+
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    logp = torch.zeros(2, 3, requires_grad=True)
+    ref = torch.tensor([[LN(2.0), 0.0, 0.0], [0.0, 0.0, 0.0]])
+    inp = LossInputs(logp=logp, old_logp=logp.detach(), adv=torch.zeros(2), mask=mask, ref_logp=ref,
+                     plan_mask=torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]))
+    cfg = load_config(preset="ts_grpo", overrides=["algorithm.beta=0.5"])
+    obj = Objective.from_config(cfg, POLICY_LOSSES.get("ts_grpo"))
+    assert obj.kl_aggregate is AGGREGATIONS.get("token_mean")  # declared by the registration, wired by the learner
+    loss, metrics = grpo_objective(inp, policy_loss=obj.policy_loss, aggregate=obj.aggregate, kl_estimator=KL_ESTIMATORS.get("k3"),
+                                   beta=0.5, loss_options=obj.loss_options, kl_aggregate=obj.kl_aggregate)
+    assert float(loss) == pytest.approx(0.5 * (1.0 - LN(2.0)) / 4, rel=1e-6)
+    # the sequence-mean objective of other losses is unchanged: same batch through ppo_clip averages per sequence
+    grpo, _ = grpo_objective(inp, policy_loss=POLICY_LOSSES.get("ppo_clip"), aggregate=SMTM, kl_estimator=KL_ESTIMATORS.get("k3"), beta=0.5)
+    assert float(grpo) == pytest.approx(0.5 * (1.0 - LN(2.0)) / 2, rel=1e-6)

@@ -19,7 +19,9 @@ from grpokit.registry import Registry
 
 ADVANTAGES = Registry(
     "advantage",
-    properties={"make_state": None},  # a state factory: the trainer creates, passes and checkpoints the state
+    # make_state: a state factory (the trainer creates, passes and checkpoints the state);
+    # context_if: {context key: (switch, values)}, see Registry.context_taken
+    properties={"make_state": None, "context_if": None},
     context=("scale", "std_mode", "std_eps", "state", "domains", "mask"),
 )
 
@@ -43,7 +45,10 @@ def group_mean_std(
     return mean[group_ids], std[group_ids], counts[group_ids]
 
 
-@ADVANTAGES.register("grpo")
+_SCALED = ("group", "batch")  # the scales that divide by a std: only they read std_mode / std_eps
+
+
+@ADVANTAGES.register("grpo", context_if={"std_mode": ("scale", _SCALED), "std_eps": ("scale", _SCALED)})
 def grpo_advantage(
     rewards: torch.Tensor,
     group_ids: torch.Tensor,
@@ -90,12 +95,13 @@ def grpo_advantage(
 
 @ADVANTAGES.register("dr_grpo")
 def dr_grpo_advantage(
-    rewards: torch.Tensor, group_ids: torch.Tensor, *, std_mode: str = "unbiased", std_eps: float = 1e-6,
-    allow_singleton_groups: bool = False,
+    rewards: torch.Tensor, group_ids: torch.Tensor, *, allow_singleton_groups: bool = False,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Dr. GRPO advantage A_i = R_i - mean_g (no std division; arXiv 2503.20783)."""
-    return grpo_advantage(rewards, group_ids, scale="none", std_mode=std_mode, std_eps=std_eps,
-                          allow_singleton_groups=allow_singleton_groups)
+    """Dr. GRPO advantage A_i = R_i - mean_g (no std division; arXiv 2503.20783).
+
+    No std, so it takes no ``std_mode`` / ``std_eps`` / ``scale``: the run refuses them at load.
+    """
+    return grpo_advantage(rewards, group_ids, scale="none", allow_singleton_groups=allow_singleton_groups)
 
 
 def _zero_var_summary(adv: torch.Tensor, group_ids: torch.Tensor, zero_var: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -128,7 +134,7 @@ def _check_singletons(counts: torch.Tensor, allow: bool, name: str) -> torch.Ten
     return singleton
 
 
-@ADVANTAGES.register("rloo")
+@ADVANTAGES.register("rloo", context_if={"std_mode": ("divide_by_std", (True,)), "std_eps": ("divide_by_std", (True,))})
 def rloo_advantage(
     rewards: torch.Tensor,
     group_ids: torch.Tensor,

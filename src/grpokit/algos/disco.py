@@ -119,7 +119,7 @@ def _disco(
     return loss, metrics
 
 
-@POLICY_LOSSES.register("disco", inputs=("group_ids",), optional=("constraint_kl",), groupwise=True)
+@POLICY_LOSSES.register("disco", inputs=("group_ids",), optional=("constraint_kl",), groupwise=True, aggregations=("seq_mean_token_mean",))
 def disco_loss(
     inp: LossInputs,
     *,
@@ -143,7 +143,7 @@ def disco_loss(
     return _disco(inp, score=score, tau=tau, num_seqs=num_seqs, num_tokens=num_tokens, **opts)
 
 
-@POLICY_LOSSES.register("disco_b", inputs=("group_ids",), optional=("constraint_kl",), groupwise=True)
+@POLICY_LOSSES.register("disco_b", inputs=("group_ids",), optional=("constraint_kl",), groupwise=True, aggregations=("seq_mean_token_mean",))
 def disco_b_loss(
     inp: LossInputs,
     *,

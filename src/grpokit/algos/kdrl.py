@@ -51,7 +51,7 @@ def kdrl_option_schedule(step: int, *, beta_0: Optional[float] = None, beta_min:
     return {"kd_coef": kdrl_coefficient(step, beta_0=beta_0, beta_min=beta_min, kappa=kappa)}
 
 
-@POLICY_LOSSES.register("kdrl", inputs=("teacher_logp", "rewards", "group_ids"), option_schedule=kdrl_option_schedule)
+@POLICY_LOSSES.register("kdrl", inputs=("teacher_logp", "rewards", "group_ids"), option_schedule=kdrl_option_schedule, ratios=None)
 def kdrl_loss(
     inp: LossInputs,
     *,

@@ -22,7 +22,17 @@ POLICY_LOSSES = Registry(
     # groupwise: needs whole groups per micro-batch; zero_advantage_zero_gradient: a token with
     # advantage 0 has gradient exactly 0 at every ratio (the learner may skip all-zero rows);
     # option_schedule: fn(step, **options) -> options updated before each step's update
-    properties={"groupwise": False, "zero_advantage_zero_gradient": False, "option_schedule": None},
+    # ratios: the values of algorithm.ratio the loss computes with (None: any registered ratio;
+    #   its signature then takes ``ratio``); 'token', the field's default, also stands for "no ratio"
+    # ratio_gradient: the loss differentiates through the ratio, so the ratio's declared
+    #   aggregations apply (CISPO's ratio is a detached weight)
+    # aggregations: the aggregations its per-token values are built for (None: any)
+    # kl_aggregation: an aggregation of its own for the beta * KL term (None: the run's aggregation)
+    # context_if: {context key: (switch, values)}: the key is read only while the option / context
+    #   ``switch`` is one of ``values`` (see Registry.context_taken)
+    properties={"groupwise": False, "zero_advantage_zero_gradient": False, "option_schedule": None,
+                "ratios": ("token",), "ratio_gradient": True, "aggregations": None, "kl_aggregation": None,
+                "context_if": None},
     # context: offered by the objective to every loss that names them, never user options;
     # num_seqs / num_tokens: the optimizer batch's totals (for a loss with a batch-level term)
     context=("epsilon_low", "epsilon_high", "ratio", "num_seqs", "num_tokens"),
@@ -102,7 +112,7 @@ def clipped_surrogate(
     return -torch.minimum(unclipped, clipped), (clipped < unclipped).detach().to(ratio.dtype)
 
 
-@POLICY_LOSSES.register("ppo_clip", zero_advantage_zero_gradient=True)
+@POLICY_LOSSES.register("ppo_clip", zero_advantage_zero_gradient=True, ratios=None)
 def ppo_clip_loss(
     inp: LossInputs,
     *,

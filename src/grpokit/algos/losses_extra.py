@@ -16,7 +16,10 @@ from grpokit.algos.ratios import RATIOS
 Metrics = dict[str, torch.Tensor]
 
 
-@POLICY_LOSSES.register("cispo")
+_PPO_MASK_ONLY = {"epsilon_low": ("ppo_mask", (True,)), "epsilon_high": ("ppo_mask", (True,))}
+
+
+@POLICY_LOSSES.register("cispo", ratios=None, ratio_gradient=False, context_if=_PPO_MASK_ONLY)
 def cispo_loss(
     inp: LossInputs,
     *,
@@ -151,7 +154,9 @@ def humanline_should_sync(step: int, every: int) -> bool:
     return every > 0 and step > 0 and step % every == 0
 
 
-@POLICY_LOSSES.register("ts_grpo", inputs=("plan_mask",))
+@POLICY_LOSSES.register(
+    "ts_grpo", inputs=("plan_mask",), ratios=("token", "span"), aggregations=("seq_mean_token_mean",), kl_aggregation="token_mean",
+)
 def ts_grpo_loss(
     inp: LossInputs,
     *,
@@ -173,6 +178,11 @@ def ts_grpo_loss(
     from ``inp.plan_mask`` (see the 'span' ratio); an empty span contributes 0. Per-token
     values are scaled by |o_i| / |span| so that ``seq_mean_token_mean`` (expected) gives
     (1/G) sum_i J_i. Without a plan span this is GSPO; with plan = mask it is GRPO.
+
+    The objective's beta * KL term is a token mean over all completion tokens of the batch,
+    J - beta (1/sum_i |o_i|) sum_it KL_it [inferred from the paper's description], not averaged per
+    sequence like J: the registration declares ``kl_aggregation="token_mean"``. It reads
+    ``algorithm.ratio`` only as 'span' (the ratio it always computes) and needs ``seq_mean_token_mean``.
     """
     adv = inp.token_adv().detach()
     mask = inp.mask
@@ -195,7 +205,7 @@ def ts_grpo_loss(
     return loss, metrics
 
 
-@POLICY_LOSSES.register("grpo_verif", inputs=("verif_mask",), optional=("verif_adv",))
+@POLICY_LOSSES.register("grpo_verif", inputs=("verif_mask",), optional=("verif_adv",), aggregations=("seq_mean_token_mean",))
 def grpo_verif_loss(
     inp: LossInputs,
     *,

@@ -36,6 +36,7 @@ def grpo_objective(
     entropy_coef: float = 0.0,
     correction: Optional[Callable[..., tuple[torch.Tensor, dict]]] = None,
     correction_options: Optional[dict] = None,
+    kl_aggregate: Optional[Callable[..., torch.Tensor]] = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Scalar loss of a micro-batch and its metrics (tensors, detached).
 
@@ -57,8 +58,11 @@ def grpo_objective(
     mask)`` multiplies the policy-gradient term only (not the KL or entropy terms).
     ``loss_options`` are offered to the loss; it takes the keys its signature names (unknown user
     keys were refused at load time).
+    ``kl_aggregate`` (a loss's declared ``kl_aggregation``): the β·KL term is reduced by it on its
+    own, ``L = Agg[loss] + β KLAgg[KL]``, e.g. TS-GRPO's token-mean KL under a sequence-mean loss.
     """
     context = {**(loss_options or {}), "num_seqs": num_seqs, "num_tokens": num_tokens}
+    totals = {"num_seqs": num_seqs, "num_tokens": num_tokens, "max_len": max_len}  # the aggregations' context
     per_token, metrics = call_with(policy_loss, inp, context=context)  # [B, T]
     if correction is not None:
         if inp.behaviour_logp is None:
@@ -75,16 +79,17 @@ def grpo_objective(
         ref = inp.ref_logp.detach() if inp.ref_logp is not None else None
         kl = call_with(kl_estimator, inp.logp, ref, context=kl_options or {})  # [B, T]
         metrics["kl"] = masked_mean(kl.detach(), inp.mask)
-        if token_weights is None:
-            per_token = per_token + beta * kl
-        elif kl_scope == "weighted":
-            per_token = per_token + beta * kl * token_weights
-        else:
+        weighted_kl = kl if token_weights is None else kl * token_weights
+        if token_weights is not None and kl_scope == "selected":
             kl_term = _selected_kl(kl, token_weights, inp.mask, beta, num_selected)
+        elif kl_aggregate is not None:
+            kl_term = beta * call_with(kl_aggregate, weighted_kl, inp.mask, context=totals)
+        else:
+            per_token = per_token + beta * weighted_kl
     if entropy_coef and inp.entropy is not None:
         # entropy bonus: maximise H, so subtract it from the loss (needs entropy with gradient)
         per_token = per_token - entropy_coef * inp.entropy
-    loss = call_with(aggregate, per_token, inp.mask, context={"num_seqs": num_seqs, "num_tokens": num_tokens, "max_len": max_len})
+    loss = call_with(aggregate, per_token, inp.mask, context=totals)
     if kl_term is not None:
         loss = loss + kl_term
     if inp.entropy is not None:

@@ -23,7 +23,7 @@ def perception_kl(logp: torch.Tensor, aux_logp: torch.Tensor) -> torch.Tensor:
     return torch.clamp(torch.expm1(d) - d, -10.0, 10.0)
 
 
-@POLICY_LOSSES.register("papo", inputs=("aux_logp", "entropy"))
+@POLICY_LOSSES.register("papo", inputs=("aux_logp", "entropy"), ratios=None)
 def papo_loss(
     inp: LossInputs,
     *,

@@ -24,7 +24,9 @@ from grpokit.registry import Registry
 if TYPE_CHECKING:  # losses.py imports this module; the type is only needed for annotations
     from grpokit.algos.losses import LossInputs
 
-RATIOS = Registry("ratio")
+# aggregations: the aggregations under which a loss differentiating through the ratio gets the
+# method's gradient (None: any); a sequence ratio in GSPO-token form needs the 1/|o_i| weights
+RATIOS = Registry("ratio", properties={"aggregations": None})
 
 
 def seq_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -44,7 +46,7 @@ def token_ratio(inp: "LossInputs") -> torch.Tensor:
     return torch.exp(inp.logp - inp.old_logp.detach())
 
 
-@RATIOS.register("sequence")
+@RATIOS.register("sequence", aggregations=("seq_mean_token_mean",))
 def sequence_ratio(inp: "LossInputs") -> torch.Tensor:
     """GSPO sequence ratio s_i = exp(mean_t (l_it - l^old_it)), broadcast to every token.
 
@@ -55,7 +57,7 @@ def sequence_ratio(inp: "LossInputs") -> torch.Tensor:
     return broadcast_seq_ratio(inp.logp, seq_log_ratio(inp.logp, inp.old_logp, inp.mask), inp.mask)
 
 
-@RATIOS.register("span", inputs=("plan_mask",))
+@RATIOS.register("span", inputs=("plan_mask",), aggregations=("seq_mean_token_mean",))
 def span_ratio(inp: "LossInputs") -> torch.Tensor:
     """TS-GRPO span ratio: token ratio on the planning span, sequence ratio over the answer span.
 

@@ -184,6 +184,11 @@ def check_run(cfg: Config) -> None:
             registry.check_options(name, own, option_field)
         except ValueError as exc:
             raise RunContractError(str(exc)) from None
+    from grpokit.config.methods import method_problem  # a field the chosen methods would ignore or misread
+
+    problem = method_problem(cfg)
+    if problem is not None:
+        raise RunContractError(problem)
     if cfg.data.demonstrations and cfg.stage != "sft":
         raise RunContractError(f"data.demonstrations '{cfg.data.demonstrations}' writes completions for stage sft; stage '{cfg.stage}' does not read them: set data.demonstrations=null or stage=sft")
     from grpokit.envs.checks import environment_problem

@@ -39,6 +39,7 @@ class Objective:
     correction_options: Optional[dict] = None
     loss_inputs: tuple = ()  # the inputs the policy loss declares: a None among them is an error, never a fallback
     kl_scope: str = "weighted"  # how token weights meet the KL term: the token weighting's declared kl_scope
+    kl_aggregate: Optional[Callable] = None  # the loss's own reduction of the KL term (its declared kl_aggregation)
 
     @classmethod
     def from_config(cls, cfg, policy_loss: Callable) -> "Objective":
@@ -60,6 +61,7 @@ class Objective:
             correction_options=dict(algo.correction_options),
             loss_inputs=get_registry("loss").spec(algo.loss).inputs,
             kl_scope=get_registry("token_weights").spec(algo.token_weights).kl_scope,
+            kl_aggregate=get_registry("aggregation").get(kl_agg) if (kl_agg := get_registry("loss").spec(algo.loss).kl_aggregation) else None,
         )
 
 
@@ -169,6 +171,7 @@ def _micro_batch(policy, rows, mb, lb: LearnBatch, objective: Objective, num_seq
         max_len=objective.max_len, kl_options=objective.kl_options, entropy_coef=objective.entropy_coef,
         token_weights=weights, kl_scope=objective.kl_scope, num_selected=total_forks,
         correction=objective.correction, correction_options=objective.correction_options,
+        kl_aggregate=objective.kl_aggregate,
     )
     if objective.entropy_band_coef > 0 and fwd.entropy is not None and weights is not None:
         band, band_metrics = _entropy_band(fwd.entropy, weights * mask, objective, total_forks)

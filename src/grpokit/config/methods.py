@@ -1,0 +1,114 @@
+"""Load-time refusal of config fields that the run's chosen methods would not read, or read wrongly.
+
+A config field either changes the run or is refused here, in one line naming the field and the
+fix, before any model loads. What each registered method reads is read from its registration,
+never from its name:
+
+* ``algorithm.epsilon_low/high``, ``scale``, ``std_mode``, ``std_eps``, ``kl_clamp`` reach a
+  method as context keywords; a field set away from its default whose keyword the chosen method
+  does not take (:meth:`~grpokit.registry.Registry.context_taken`, with the registration's
+  ``context_if``) is refused.
+* ``algorithm.ratio``: the loss's declared ``ratios``; ``algorithm.aggregation``: the loss's
+  declared ``aggregations`` and, for a loss that differentiates through the ratio, the ratio's.
+* ``algorithm.kl`` / ``kl_clamp`` act only with ``beta > 0``; ``beta > 0`` needs a KL estimator.
+* ``algorithm.entropy_band_quantiles`` act only with ``entropy_band_coef > 0``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from grpokit.config.schema import AlgorithmConfig, Config
+
+# algorithm field -> (axis, the context keyword it is passed to that axis's method as)
+CONTEXT_FIELDS = {
+    "epsilon_low": ("loss", "epsilon_low"),
+    "epsilon_high": ("loss", "epsilon_high"),
+    "scale": ("advantage", "scale"),
+    "std_mode": ("advantage", "std_mode"),
+    "std_eps": ("advantage", "std_eps"),
+    "kl_clamp": ("kl", "clamp"),
+}
+
+
+def method_problem(cfg: Config) -> Optional[str]:
+    """The first field of ``cfg.algorithm`` that its chosen methods would ignore or misread, as one line; None if none."""
+    for check in (_kl_problem, _ratio_problem, _aggregation_problem, _context_problem, _entropy_band_problem):
+        problem = check(cfg.algorithm)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _changed(a: AlgorithmConfig, field: str) -> bool:
+    return getattr(a, field) != getattr(AlgorithmConfig(), field)
+
+
+def _kl_problem(a: AlgorithmConfig) -> Optional[str]:
+    from grpokit.registries import get_registry
+
+    if a.beta == 0:
+        for field in ("kl", "kl_clamp"):
+            if _changed(a, field):
+                return (f"algorithm.{field} = {getattr(a, field)!r} is read only when algorithm.beta > 0, and beta is 0: "
+                        f"set algorithm.beta > 0 or remove algorithm.{field}")
+        return None
+    kl = get_registry("kl")
+    if not kl.spec(a.kl).inputs:  # an estimator that reads no reference adds nothing
+        real = [n for n in kl.names() if kl.spec(n).inputs]
+        return (f"algorithm.beta = {a.beta} with algorithm.kl '{a.kl}' adds no KL term: choose algorithm.kl from "
+                f"{', '.join(real)}, or set algorithm.beta=0")
+    return None
+
+
+def _ratio_problem(a: AlgorithmConfig) -> Optional[str]:
+    from grpokit.registries import get_registry
+
+    losses = get_registry("loss")
+    ratios = losses.spec(a.loss).ratios
+    if ratios is None or a.ratio in ratios:
+        return None
+    honour = [n for n in losses.names() if losses.spec(n).ratios is None or a.ratio in losses.spec(n).ratios]
+    return (f"algorithm.ratio '{a.ratio}' is not read by algorithm.loss '{a.loss}' (it computes with "
+            f"{' / '.join(ratios)}): set algorithm.ratio={ratios[-1]}, or choose a loss that honours '{a.ratio}': {', '.join(honour)}")
+
+
+def _aggregation_problem(a: AlgorithmConfig) -> Optional[str]:
+    from grpokit.registries import get_registry
+
+    spec = get_registry("loss").spec(a.loss)
+    if spec.aggregations is not None and a.aggregation not in spec.aggregations:
+        return (f"algorithm.aggregation '{a.aggregation}' does not give algorithm.loss '{a.loss}' its objective "
+                f"(its per-token values are built for {' / '.join(spec.aggregations)}): set algorithm.aggregation={spec.aggregations[0]}")
+    needed = get_registry("ratio").spec(a.ratio).aggregations
+    if spec.ratios is None and spec.ratio_gradient and needed is not None and a.aggregation not in needed:
+        return (f"algorithm.ratio '{a.ratio}' gives algorithm.loss '{a.loss}' its sequence-level gradient only under "
+                f"aggregation {' / '.join(needed)} (with '{a.aggregation}' each sequence weighs by its length): "
+                f"set algorithm.aggregation={needed[0]}")
+    return None
+
+
+def _context_problem(a: AlgorithmConfig) -> Optional[str]:
+    from grpokit.registries import get_registry
+
+    chosen = {"loss": (a.loss, a.loss_options), "advantage": (a.advantage, a.advantage_options), "kl": (a.kl, {})}
+    for field, (axis, key) in CONTEXT_FIELDS.items():
+        if not _changed(a, field) or (axis == "kl" and a.beta == 0):  # kl fields with beta 0: _kl_problem
+            continue
+        name, options = chosen[axis]
+        registry = get_registry(axis)
+        values: dict[str, Any] = {**options, **{k: getattr(a, f) for f, (ax, k) in CONTEXT_FIELDS.items() if ax == axis}}
+        if key in registry.context_taken(name, values):
+            continue
+        switch = dict(registry.spec(name).props.get("context_if") or {}).get(key)
+        when = f" unless {switch[0]} is one of {list(switch[1])}" if switch else ""
+        return (f"algorithm.{field} = {getattr(a, field)!r} is not read by algorithm.{axis} '{name}'{when}: "
+                f"remove it, or choose an algorithm.{axis} that reads it")
+    return None
+
+
+def _entropy_band_problem(a: AlgorithmConfig) -> Optional[str]:
+    if a.entropy_band_coef == 0 and _changed(a, "entropy_band_quantiles"):
+        return (f"algorithm.entropy_band_quantiles = {a.entropy_band_quantiles} are read only when algorithm.entropy_band_coef > 0: "
+                "set algorithm.entropy_band_coef or remove the quantiles")
+    return None

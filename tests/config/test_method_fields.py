@@ -1,0 +1,96 @@
+"""Config fields that the chosen methods would ignore or misread are refused at load, in one line."""
+
+import pytest
+
+from grpokit.config.loading import load_config, preset_names
+from grpokit.config.methods import method_problem
+from grpokit.registries import get_registry
+from grpokit.trainer.inputs import RunContractError, check_run
+
+
+def problem(*overrides: str, preset: str = "demo"):
+    return method_problem(load_config(preset=preset, overrides=list(overrides)))
+
+
+@pytest.mark.parametrize("preset", preset_names())
+def test_every_preset_sets_only_fields_its_methods_read(preset):
+    assert problem(preset=preset) is None
+
+
+@pytest.mark.parametrize("loss", ["disco", "disco_b", "humanline", "reg_grpo", "sapo", "grpo_verif", "ts_grpo"])
+def test_a_ratio_the_loss_does_not_read_is_refused_naming_the_losses_that_do(loss):
+    msg = problem(f"algorithm.loss={loss}", "algorithm.ratio=sequence")
+    assert msg.startswith("algorithm.ratio 'sequence' is not read by algorithm.loss")
+    assert "cispo, kdrl, papo, ppo_clip" in msg and "\n" not in msg
+
+
+def test_the_losses_that_read_the_ratio_accept_every_ratio():
+    for loss in ("ppo_clip", "cispo", "kdrl", "papo"):
+        for ratio in ("token", "sequence", "span"):
+            assert problem(f"algorithm.loss={loss}", f"algorithm.ratio={ratio}") is None
+    assert problem("algorithm.loss=ts_grpo", "algorithm.ratio=span") is None  # the ratio it computes with
+
+
+def test_gspo_with_token_mean_is_refused_and_cispo_s_detached_weight_is_not():
+    assert "set algorithm.aggregation=seq_mean_token_mean" in problem("algorithm.ratio=sequence", "algorithm.aggregation=token_mean")
+    assert "set algorithm.aggregation=seq_mean_token_mean" in problem("algorithm.ratio=span", "algorithm.aggregation=constant")
+    assert problem("algorithm.ratio=sequence", "algorithm.aggregation=seq_mean_token_mean") is None
+    # CISPO's ratio is a stop-gradient weight: no sequence gradient to get wrong
+    assert problem("algorithm.loss=cispo", "algorithm.ratio=sequence", "algorithm.aggregation=token_mean") is None
+
+
+@pytest.mark.parametrize("loss", ["disco", "disco_b", "reg_grpo", "ts_grpo", "grpo_verif"])
+def test_a_loss_built_for_the_sequence_mean_refuses_other_aggregations(loss):
+    assert "does not give algorithm.loss" in problem(f"algorithm.loss={loss}", "algorithm.aggregation=token_mean")
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (["algorithm.loss=sapo", "algorithm.epsilon_high=0.28"], "algorithm.epsilon_high"),
+    (["algorithm.loss=disco", "algorithm.epsilon_low=0.1"], "algorithm.epsilon_low"),
+    (["algorithm.loss=reg_grpo", "algorithm.epsilon_low=0.1"], "algorithm.epsilon_low"),
+    (["algorithm.loss=cispo", "algorithm.epsilon_high=0.28"], "algorithm.epsilon_high"),  # only with ppo_mask
+    (["algorithm.advantage=dr_grpo", "algorithm.scale=none"], "algorithm.scale"),
+    (["algorithm.advantage=dr_grpo", "algorithm.std_eps=1e-4"], "algorithm.std_eps"),
+    (["algorithm.advantage=passk", "algorithm.std_mode=population"], "algorithm.std_mode"),
+    (["algorithm.advantage=rloo", "algorithm.std_eps=1e-4"], "algorithm.std_eps"),  # only with divide_by_std
+    (["algorithm.advantage=rloo", "algorithm.scale=batch"], "algorithm.scale"),
+    (["algorithm.scale=none", "algorithm.std_eps=1e-4"], "algorithm.std_eps"),  # grpo without a std
+    (["algorithm.kl=k2"], "algorithm.kl"),  # beta 0
+    (["algorithm.kl_clamp=true"], "algorithm.kl_clamp"),  # beta 0
+    (["algorithm.beta=0.1", "algorithm.kl=none"], "algorithm.beta"),
+    (["algorithm.entropy_band_quantiles=[0.2, 0.6]"], "algorithm.entropy_band_quantiles"),
+])
+def test_a_field_nothing_reads_is_refused_in_one_line(overrides, field):
+    msg = problem(*overrides)
+    assert msg is not None and msg.startswith(field) and "\n" not in msg
+
+
+@pytest.mark.parametrize("overrides", [
+    ["algorithm.loss=cispo", "algorithm.epsilon_high=0.28", "algorithm.loss_options={ppo_mask: true}"],
+    ["algorithm.advantage=rloo", "algorithm.std_eps=1e-4", "algorithm.advantage_options={divide_by_std: true}"],
+    ["algorithm.scale=batch", "algorithm.std_eps=1e-4"],
+    ["algorithm.loss=humanline", "algorithm.epsilon_high=0.28"],
+    ["algorithm.beta=0.1", "algorithm.kl=k2", "algorithm.kl_clamp=true"],
+    ["algorithm.entropy_band_coef=1.0", "algorithm.entropy_band_quantiles=[0.2, 0.6]"],
+])
+def test_the_same_fields_are_accepted_where_they_act(overrides):
+    assert problem(*overrides) is None
+
+
+def test_the_trainer_s_load_time_check_raises_the_problem():
+    with pytest.raises(RunContractError, match="^algorithm.ratio 'sequence' is not read by algorithm.loss 'sapo'"):
+        check_run(load_config(preset="demo", overrides=["algorithm.loss=sapo", "algorithm.ratio=sequence"]))
+
+
+def test_declared_ratios_agree_with_the_signatures():
+    """A loss that takes the ``ratio`` keyword declares ratios=None (any); one that does not, a tuple of names."""
+    import inspect
+
+    losses, ratios = get_registry("loss"), get_registry("ratio")
+    for name in losses.names():
+        spec = losses.spec(name)
+        takes = "ratio" in inspect.signature(spec.fn).parameters
+        assert (spec.ratios is None) == takes, name
+        assert spec.ratios is None or set(spec.ratios) <= set(ratios.names()), name
+        for agg in spec.aggregations or ():
+            assert agg in get_registry("aggregation"), name
