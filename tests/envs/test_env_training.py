@@ -72,7 +72,7 @@ def test_env_return_and_env_info_rewards_read_the_episode_columns():
     got = REWARDS.get("env_return")(["p", "p"], ["a", "b"], env_return=[0.8, 0.0])
     assert got == [0.8, 0.0]
     info = REWARDS.get("env_info")
-    assert info(["p", "p"], ["a", "b"], key="solved", env_info=[{"solved": 1.0}, {}], env_terminated=[True, False]) == [1.0, None]
+    assert info(["p", "p"], ["a", "b"], key="solved", env_info=[{"solved": 1.0}, {}], env_done=[True, False]) == [1.0, None]
     with pytest.raises(ValueError, match="env_info"):
         info(["p"], ["a"], key="solved")  # not an environment run: the column is missing
 
@@ -173,3 +173,16 @@ def test_heldout_episodes_have_the_same_seeds_before_and_after_training_and_none
     custom = Trainer(nav_cfg(tmp_path, *scripted_run, "environment.heldout_seed=3000000000"), model, tok)
     assert custom.evaluate("before")["env/seed"] == 3000000000 + 1.5  # named seeds
 
+
+
+def test_a_heldout_judge_that_fails_on_every_episode_stops_the_evaluation_instead_of_scoring_0(tmp_path):
+    """guess_number truncates every episode after max_guesses=3 (env_done), and they all reported 'solved':
+    a judge reading info['solvd'] fails on all 4 held-out episodes, which used to print accuracy 0."""
+    from grpokit.rewards import RewardError
+    from grpokit.trainer.loop import Trainer
+
+    model, tok = tiny_model_and_tokenizer(seed=0)
+    typo = ("rewards=[{name: env_return}, {name: env_info, weight: 0.0, kwargs: {key: solvd}}]", "eval.accuracy_reward=env_info")
+    trainer = Trainer(guess_cfg(tmp_path, rewards=typo), model, tok)
+    with pytest.raises(RewardError, match=r"no episode reported info\['solvd'\] \(they reported solved, valid_guess\)"):
+        trainer.evaluate("before")

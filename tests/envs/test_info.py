@@ -26,12 +26,12 @@ def test_env_info_reads_the_episodes_info_of_every_type():
     info = REWARDS.get("env_info")
     infos = [{"solved": True, "label": "x"}, {"solved": np.float32(0.5)}, {}, None]  # a failed episode reported nothing
     ended = [True, True, False, False]
-    assert info(["p"] * 4, ["a"] * 4, key="solved", env_info=infos, env_terminated=ended) == [1.0, 0.5, None, None]
+    assert info(["p"] * 4, ["a"] * 4, key="solved", env_info=infos, env_done=ended) == [1.0, 0.5, None, None]
     with pytest.raises(ValueError, match=r"info\['label'\] is a str, not a number or bool"):
-        info(["p"] * 4, ["a"] * 4, key="label", env_info=infos, env_terminated=ended)
+        info(["p"] * 4, ["a"] * 4, key="label", env_info=infos, env_done=ended)
     with pytest.raises(ValueError, match=r"no episode reported info\['sucess'\] \(they reported label, solved\)"):
-        info(["p"] * 4, ["a"] * 4, key="sucess", env_info=infos, env_terminated=ended)
+        info(["p"] * 4, ["a"] * 4, key="sucess", env_info=infos, env_done=ended)
     # no episode ended yet (grpokit's turn cap cut them all): a key reported at the end is not a typo yet
-    assert info(["p"], ["a"], key="is_success", env_info=[{"t": 1}], env_terminated=[False]) == [None]
+    assert info(["p"], ["a"], key="is_success", env_info=[{"t": 1}], env_done=[False]) == [None]
     with pytest.raises(ValueError, match="'env_info' column"):
         info(["p"], ["a"], key="solved")  # not an environment run

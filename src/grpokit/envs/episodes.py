@@ -58,6 +58,7 @@ class _Episode:
     turns: int = 0
     done: bool = False
     terminated: bool = False
+    env_done: bool = False  # the environment itself ended the episode (terminated or truncated), not a grpokit cap
     error: Optional[str] = None  # why the environment failed the episode (raised, hung)
     info: dict[str, Any] = field(default_factory=dict)  # the last value of each info key
 
@@ -233,7 +234,7 @@ class EpisodeBackend:
             ep.turn_rewards.append(float(res.reward))
             ep.info.update(res.info)  # every value, any type: the columns and metrics sort them (grpokit.envs.info)
             if res.terminated or res.truncated or ep.turns >= c.max_turns:
-                ep.done, ep.terminated = True, res.terminated
+                ep.done, ep.terminated, ep.env_done = True, res.terminated, res.terminated or res.truncated
                 continue
             obs = observation_messages(res.observation, c.observation_role)
             between = self.template.between_ids(obs, ended)
@@ -296,7 +297,7 @@ class EpisodeBackend:
             entropy=on(out["entropy"]), prompts=[rows[ep.row_index]["prompt"] for ep in episodes],
             completions=[next((m["content"] for m in reversed(ep.messages) if m["role"] == "assistant"), "") for ep in episodes],
             rows=[rows[ep.row_index] for ep in episodes], engine=self.engine, action_mask=on(out["action"]),
-            episodes=[episode_columns(ep.ret, ep.messages, ep.turns, ep.terminated, ep.error, ep.turn_rewards, ep.info)
+            episodes=[episode_columns(ep.ret, ep.messages, ep.turns, ep.terminated, ep.env_done, ep.error, ep.turn_rewards, ep.info)
                       for ep in episodes],
         )
 

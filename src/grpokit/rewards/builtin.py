@@ -294,15 +294,15 @@ def env_info(prompts: list[str], completions: list[str], *, key: str = "solved",
     """The last value an environment reported as ``info[key]`` in an episode (e.g. ``solved``), None where it never did.
 
     Reads the episodes' ``env_info`` column (``grpokit.envs.info``): a number or bool (True = 1.0,
-    numpy scalars too) is the score; a key that no episode of the batch reported, while some
-    reached an end state and reported others, is refused naming those (a typo would otherwise
-    score every episode None).
+    numpy scalars too) is the score; a key that no episode of the batch reported, while some were
+    ended by the environment itself (``env_done``) and reported others, is refused naming those
+    (a typo would otherwise score every episode None).
     """
     from grpokit.envs.info import info_number
 
     infos = _require("env_info", "env_info", columns.get("env_info"), len(completions))
     reported = sorted({k for info in infos if info for k in info})
-    ended = any(columns.get("env_terminated") or ())
+    ended = any(columns.get("env_done") or ())
     if ended and reported and not any(info and key in info for info in infos):
         raise ValueError(f"reward 'env_info': no episode reported info['{key}'] (they reported {', '.join(reported)}): set the reward's kwargs.key to one of them")
     scores: list[float | None] = []

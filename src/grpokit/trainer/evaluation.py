@@ -8,10 +8,14 @@ evaluation and never one of the training episodes' seeds.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from grpokit.rewards import NamedReward, score_completions
 from grpokit.rollout.types import GenerationBackend, SamplingParams
+
+log = logging.getLogger(__name__)
 
 
 def evaluate_accuracy(
@@ -62,6 +66,11 @@ def _correct(backend, rows, prompt_texts, judge, batch_size: int, k: int, params
         seeded = {"seeds": backend.heldout_seeds(s, len(chunk))} if isinstance(backend, EpisodeBackend) else {}
         batch = backend.generate(prompt_texts[s : s + batch_size], chunk, k, params, **seeded)
         scores = score_completions([judge], batch.prompts, batch.completions, batch.columns(), on_error="zero")
+        failed = scores.failures.get(judge.name, 0)
+        if failed and failed == len(batch):  # an accuracy of 0 that measures nothing: the judge's own error, in one line
+            score_completions([judge], batch.prompts, batch.completions, batch.columns(), on_error="raise")
+        if failed:
+            log.warning("held-out judge '%s' failed on %d of %d completions, scored incorrect", judge.name, failed, len(batch))
         correct.append((scores.per_reward[judge.name].nan_to_num(0.0) >= 1.0).float().view(-1, k))
         lengths.append(batch.unit_mask.sum(-1).cpu())  # sampled tokens (an episode's observations were not)
         for key, value in episode_metrics(batch).items():
