@@ -351,8 +351,9 @@ class Trainer:
                 self.logger.truncate_after(-1)
             (self.run_dir / "config.yaml").write_text(dump_yaml(cfg))
         before = self.evaluate("before") if cfg.eval.before and not resumed else None
-        progress = StepProgress(cfg.train.steps, enabled=cfg.logging.progress and self.learners.is_main, start=self.step)
         budget_s = cfg.train.max_minutes * 60 if cfg.train.max_minutes else float("inf")
+        progress = StepProgress(cfg.train.steps, enabled=cfg.logging.progress and self.learners.is_main, start=self.step,
+                                budget_s=budget_s, elapsed_s=self.elapsed)
         with progress, self._checkpoint_on_interrupt():
             while self.step < cfg.train.steps and self.learners.agree(self.elapsed < budget_s):
                 # elapsed = wall time of the training loop (steps, mid-run evals, checkpoints)

@@ -311,7 +311,7 @@ class OfflineTrainer:
         (self.run_dir / "config.yaml").write_text(dump_yaml(cfg))
         before = self.evaluate("before") if cfg.eval.before and not resume else {}
         budget_s = cfg.train.max_minutes * 60 if cfg.train.max_minutes else float("inf")
-        with StepProgress(cfg.train.steps, enabled=cfg.logging.progress, start=self.step) as progress:
+        with StepProgress(cfg.train.steps, enabled=cfg.logging.progress, start=self.step, budget_s=budget_s, elapsed_s=self.elapsed) as progress:
             while self.step < cfg.train.steps and self.elapsed < budget_s:
                 t0, start = time.perf_counter(), self.sampler.state()
                 try:
