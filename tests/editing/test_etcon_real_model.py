@@ -1,4 +1,7 @@
-"""TPSFT on the real SmolLM2-135M-Instruct: the edited answer changes, a neighbour's does not (slow)."""
+"""EtCon on the real SmolLM2-135M-Instruct (slow): TPSFT changes the edited answer and not a neighbour's; the GRPO
+consolidation step after an edit trains on the format-gated reward."""
+
+import json
 
 import pytest
 
@@ -24,3 +27,39 @@ def test_tpsft_writes_one_fact_into_smollm2_and_leaves_a_neighbour():
     assert rows[0]["p_after"] > 10 * rows[0]["p_before"]
     assert after["direct"]["reliability"] == 1.0, answers["direct"][edits[0].prompt]
     assert after["direct"]["locality"] == 1.0, (before["direct"], answers["direct"])
+
+
+ONE_STEP = ["train.steps=1", "rollout.prompts_per_step=1", "rollout.max_new_tokens=64", "eval.before=false", "eval.after=false",
+            "logging.progress=false"]
+# the authors' overall score without its format gate: the same weighted sum of the same four terms
+UNGATED = "rewards=[{name: etcon_format, weight: 0.05}, {name: etcon_correctness, weight: 0.7}, " \
+          "{name: etcon_cleanliness, weight: 0.15}, {name: etcon_consistency, weight: 0.1}]"
+
+
+def test_etcon_consolidation_step_after_an_edit_trains_on_the_gated_reward(tmp_path):
+    """EtCon's two stages on one fact: TPSFT raises the new object's probability, then one GRPO step whose gated reward
+    gives a different update than the same step with the gate removed (the same completions: same model and seed)."""
+    from grpokit.editing.pipeline import consolidate, format_warmup, save_model
+    from grpokit.model.loading import load_model
+
+    model, tok = load_model("smollm2-135m-instruct")
+    edits = make_facts(1, seed=0, n_paraphrases=0)
+    rows = apply_edits(model, tok, edits, edit_prompts(tok, edits), EditConfig(method="tpsft", steps=8, lr=5e-4, refresh_every=2),
+                       progress=False)
+    assert rows[0]["p_after"] > 10 * rows[0]["p_before"]  # stage 1 wrote the fact
+    edited = save_model(model, tok, tmp_path / "edited")
+    del model
+    # 4 SFT batches on the answer format (unrelated facts): SmolLM2 never writes <answer> \boxed{} </answer> by itself
+    warmed = format_warmup(edited, edits, tmp_path, steps=4)
+    runs = {}
+    for name, extra in (("gated", []), ("ungated", [UNGATED])):
+        (tmp_path / name).mkdir()
+        consolidate(warmed, edits, tmp_path / name, [*ONE_STEP, *extra])
+        runs[name] = json.loads((tmp_path / name / "grpo" / "metrics.jsonl").read_text().splitlines()[-1])
+    gated, ungated = runs["gated"], runs["ungated"]
+    assert gated["rollout/entropy"] == ungated["rollout/entropy"]  # the same sampled completions in both runs
+    assert gated["reward/etcon_format/mean"] > 0  # some completions passed the gate ...
+    assert gated["reward/etcon/std"] > 0 and gated["grad_norm"] > 0  # ... so the group's rewards differ and GRPO moves
+    # the gate zeroes the completions without the format, which the plain sum gives 0.15 x cleanliness
+    assert gated["reward/mean"] < ungated["reward/mean"] - 1e-3, (gated["reward/mean"], ungated["reward/mean"])
+    assert abs(gated["grad_norm"] - ungated["grad_norm"]) > 1e-4 * gated["grad_norm"], (gated["grad_norm"], ungated["grad_norm"])
