@@ -21,7 +21,10 @@ from grpokit.registry import Registry
 
 logger = logging.getLogger(__name__)
 
-REWARDS = Registry("reward")
+# forwards_options_to: {option: built-ins} of a reward that hands its other scalar options to the
+# callable that option names (a built-in name, a callable or 'module:function'); those options are
+# then checked against that callable's signature (rewards.loading.check_reward_options)
+REWARDS = Registry("reward", properties={"forwards_options_to": None})
 
 _INT = re.compile(r"-?\d+")
 _INT_LIST = re.compile(r"-?\d+(?:\s*,\s*-?\d+)*")

@@ -182,7 +182,7 @@ def _checked_probability(value: Any) -> float:
     return p
 
 
-@REWARDS.register("win_rate")
+@REWARDS.register("win_rate", forwards_options_to={"prefer": PREFERENCES})
 @_group_level
 def win_rate(
     prompts: list[str],
@@ -286,7 +286,7 @@ def _schur_and_refs(phi: torch.Tensor, reference: str, eps: float, ref_embs: lis
     return schur, ref_embs
 
 
-@REWARDS.register("dpp")
+@REWARDS.register("dpp", forwards_options_to={"relevance_fn": {}})
 @_group_level
 def dpp(
     prompts: list[str],

@@ -17,7 +17,7 @@ from grpokit.data.chat import render_prompt
 from grpokit.data.files import load_rows, split_rows
 from grpokit.data.tasks import TASKS, TaskSplits
 from grpokit.rewards import NamedReward, resolve_reward
-from grpokit.rewards.loading import is_builtin
+from grpokit.rewards.loading import check_reward_options, is_builtin
 
 
 def seed_everything(seed: int) -> None:
@@ -54,8 +54,9 @@ def build_rewards(cfgs: list[RewardConfig]) -> list[NamedReward]:
         raise ValueError("rewards: give at least one reward function")
     out: list[NamedReward] = []
     seen: dict[str, int] = {}
-    for rc in cfgs:
+    for i, rc in enumerate(cfgs):
         fn = resolve_reward(rc.name)
+        check_reward_options(rc.name, fn, rc.kwargs, f"rewards[{i}].kwargs")  # a typo in an option: one line, at load
         base = rc.name.split(":")[-1] if ":" in rc.name else rc.name
         seen[base] = seen.get(base, 0) + 1
         name = base if seen[base] == 1 else f"{base}_{seen[base]}"
