@@ -134,14 +134,20 @@ def test_rows_the_environment_cannot_start_from_are_refused_at_load_naming_the_c
     assert rows_problem(nav, {"train": nav_splits.train, "heldout": nav_splits.heldout}) is None
     with_option = guess_cfg(tmp_path, "environment.options={max_guesses: 0}")
     assert "max_guesses=0 must be at least 1" in rows_problem(with_option, {"train": splits.train})  # built once, at load
+    from grpokit.trainer.loop import Trainer
+
+    with pytest.raises(RunContractError, match="cannot start an episode from train row 0"):
+        Trainer(cfg)  # the trainer runs the same check before it loads a model (none is given: it would load the real one)
 
 
-def test_a_navigation_run_on_rows_without_worlds_stops_at_its_first_step_naming_the_missing_columns(tmp_path):
+def test_a_navigation_run_on_rows_without_worlds_stops_at_its_first_step_naming_the_missing_columns(tmp_path, monkeypatch):
     """The run's episodes all fail at reset: the step stops in one line with that error, not the env_info
-    reward's complaint about a column the failed episodes never filled."""
+    reward's complaint about a column the failed episodes never filled. (The load check resets only the first rows
+    of each split; rows further down fail here, which the test stands in for by switching the load check off.)"""
     from grpokit.envs.pool import EnvironmentFailure
     from grpokit.trainer.loop import Trainer
 
+    monkeypatch.setattr("grpokit.trainer.loop.rows_problem", lambda cfg, splits: None)
     model, tok = tiny_model_and_tokenizer(seed=0)
     trainer = Trainer(nav_cfg(tmp_path), model, tok)
     with pytest.raises(EnvironmentFailure) as err:

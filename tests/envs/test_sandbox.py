@@ -214,20 +214,6 @@ def test_a_tool_no_import_can_reach_is_refused_in_one_line():
     assert tool_reference(python).ref == "grpokit.envs.tools:python"
 
 
-def test_a_machine_without_isolation_is_refused_at_load_unless_the_config_says_none(monkeypatch):
-    from grpokit.envs.tools import tools_problem
-
-    monkeypatch.setattr(backends, "probe", lambda name: None if name == "none" else f"{name} missing here")
-    problem = tools_problem({"tools": ["python"]})
-    assert problem.startswith("environment.options.sandbox: no sandbox for model-written tool code on this machine "
-                              "(bwrap: bwrap missing here; landlock: landlock missing here)")
-    assert "sandbox: none" in problem and "\n" not in problem
-    assert tools_problem({"tools": ["python"], "sandbox": "bwrap"}).startswith("environment.options.sandbox: sandbox 'bwrap' is unavailable")
-    assert tools_problem({"tools": ["python"], "sandbox": "none"}) is None
-    assert tools_problem({"tools": ["python"], "sandbox": "docker"}) == (
-        "environment.options.sandbox = 'docker' is not one of auto, bwrap, landlock, none")
-
-
 def test_auto_picks_the_strongest_backend_here():
     from grpokit.envs.sandbox import choose
 

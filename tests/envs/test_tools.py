@@ -149,3 +149,25 @@ def test_tool_arithmetic_rows_have_exact_answers_and_name_the_tools_environment(
         a, b = map(int, re.findall(r"\d+", row["prompt"])[:2])
         assert row["environment"] == "tools" and int(row["answer"]) in (a * b, a + b, a - b, b * a)
         assert 100 <= max(a, b) <= 999 and "calculator" in row["prompt"]
+
+
+def test_a_machine_without_isolation_is_refused_at_load_unless_the_config_says_none(monkeypatch):
+    from grpokit.envs.sandbox import backends
+    from grpokit.envs.tools import tools_problem
+
+    monkeypatch.setattr(backends, "probe", lambda name: None if name == "none" else f"{name} missing here")
+    problem = tools_problem({"tools": ["python"]})
+    assert problem.startswith("environment.options.sandbox: no sandbox for model-written tool code on this machine "
+                              "(bwrap: bwrap missing here; landlock: landlock missing here)")
+    assert "sandbox: none" in problem and "\n" not in problem
+    assert tools_problem({"tools": ["python"], "sandbox": "bwrap"}).startswith("environment.options.sandbox: sandbox 'bwrap' is unavailable")
+    assert tools_problem({"tools": ["python"], "sandbox": "none"}) is None
+    assert tools_problem({"tools": ["python"], "sandbox": "docker"}) == (
+        "environment.options.sandbox = 'docker' is not one of auto, bwrap, landlock, none")
+    # the tool_use preset is refused by the config-load contract, before a model loads
+    from grpokit.config import load_config
+    from grpokit.trainer.inputs import RunContractError, check_run
+
+    with pytest.raises(RunContractError, match="no sandbox for model-written tool code on this machine"):
+        check_run(load_config(preset="tool_use"))
+    check_run(load_config(preset="tool_use", overrides=["environment.options.sandbox=none"]))

@@ -37,6 +37,12 @@ def environment_problem(cfg: Any) -> Optional[str]:
             ENVIRONMENTS.check_options(e.name, e.options, "environment.options")
         except ValueError as exc:
             return str(exc)
+    if e.name == "tools":  # it runs model-written code: no sandbox here, or a tool the sandbox cannot import
+        from grpokit.envs.tools import tools_problem
+
+        problem = tools_problem(e.options)
+        if problem:
+            return problem
     if cfg.rollout.backend != "hf":
         return (f"environment '{e.name}' needs token-level sampling of every turn, which rollout.backend="
                 f"{cfg.rollout.backend} does not offer yet: set rollout.backend=hf")

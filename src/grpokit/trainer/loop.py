@@ -26,6 +26,7 @@ from grpokit.config.loading import dump_yaml
 from grpokit.config.schema import Config
 from grpokit.data.sampler import CurriculumSampler, PromptSampler
 from grpokit.distributed.ddp import SilentLogger, init_learners
+from grpokit.envs.checks import rows_problem
 from grpokit.envs.episodes import episode_metrics
 from grpokit.registries import get_registry
 from grpokit.registry import call_with
@@ -34,7 +35,7 @@ from grpokit.trainer import setup
 from grpokit.trainer.collect import collect_batch
 from grpokit.trainer.combine import RewardCombination
 from grpokit.trainer.evaluation import evaluate_accuracy
-from grpokit.trainer.inputs import check_data, check_run, check_tokenizer, needed_inputs
+from grpokit.trainer.inputs import RunContractError, check_data, check_run, check_tokenizer, needed_inputs
 from grpokit.trainer.learn_batch import LearnBatch
 from grpokit.trainer.learner import Objective, accumulate_gradients, rows_with_gradient
 from grpokit.trainer.memory import allocate_gradients, release_free_memory, tune_malloc
@@ -60,6 +61,9 @@ class Trainer:
         self.run_dir = Path(cfg.logging.output_dir)
         self.splits = setup.build_splits(cfg.data)
         check_data(cfg, self.splits.train)  # a method's input from a data column the rows lack: one line
+        problem = rows_problem(cfg, {"train": self.splits.train, "heldout": self.splits.heldout})
+        if problem:  # rows the environment cannot start an episode from: one line, before the model loads
+            raise RunContractError(problem)
         self.rewards = setup.build_rewards(cfg.rewards)
         self.judge = setup.accuracy_judge(cfg, self.rewards)
         if model is None:
