@@ -62,11 +62,10 @@ class RolloutWorker:
             p.requires_grad_(False)
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.backend = HFBackend(model, tokenizer, fused_decode=cfg.rollout.fused_decode)
-        if cfg.environment.name:  # multi-turn: the worker steps the episodes' environments itself
-            from grpokit.envs.episodes import EpisodeBackend
+        from grpokit.envs.episodes import episode_backend
 
-            self.backend = EpisodeBackend(self.backend, cfg.environment, cfg.data.system_prompt, seed=cfg.train.seed)
+        # multi-turn: the worker steps the episodes' environments itself
+        self.backend = episode_backend(HFBackend(model, tokenizer, fused_decode=cfg.rollout.fused_decode), cfg)
         self.receiver = WeightReceiver(model, get=ray.get)
         self.board = board
         self.worker_id = worker_id

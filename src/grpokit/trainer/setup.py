@@ -14,7 +14,7 @@ import torch
 
 from grpokit.config.schema import Config, DataConfig, OptimConfig, RewardConfig
 from grpokit.data.chat import render_prompt
-from grpokit.data.files import load_rows, split_rows
+from grpokit.data.files import file_splits
 from grpokit.data.tasks import TASKS, TaskSplits
 from grpokit.rewards import NamedReward, resolve_reward
 from grpokit.rewards.loading import check_reward_options, is_builtin
@@ -27,12 +27,8 @@ def seed_everything(seed: int) -> None:
 
 def build_splits(cfg: DataConfig) -> TaskSplits:
     """Train and held-out rows from a built-in task or from user files."""
-    if cfg.path:
-        rows = load_rows(cfg.path, cfg.prompt_column, cfg.answer_column, cfg.split)
-        if cfg.heldout_path:
-            heldout = load_rows(cfg.heldout_path, cfg.prompt_column, cfg.answer_column, cfg.split)
-            return TaskSplits(train=rows, heldout=heldout)
-        return split_rows(rows, cfg.heldout_fraction, cfg.seed)
+    if cfg.path:  # one INFO line counts the rows, the duplicates dropped and the rows held out
+        return file_splits(cfg)
     if not cfg.task:
         raise ValueError("data: set either data.task (a built-in task) or data.path (a dataset file)")
     task = TASKS.get(cfg.task)
@@ -211,11 +207,10 @@ def build_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, learners: 
         return CoGRPOPolicy(model, tokenizer, reference=reference_model(model, cfg, needs_ref), seed=cfg.train.seed,
                             use_reference=needs_ref)
     if learners.is_main:
-        backend = make_backend(cfg.rollout, model, tokenizer, seed=cfg.train.seed)
-        if cfg.environment.name:  # multi-turn: every "completion" is an environment episode
-            from grpokit.envs.episodes import EpisodeBackend
+        from grpokit.envs.episodes import episode_backend
 
-            backend = EpisodeBackend(backend, cfg.environment, cfg.data.system_prompt, seed=cfg.train.seed)
+        # multi-turn: every "completion" is an environment episode
+        backend = episode_backend(make_backend(cfg.rollout, model, tokenizer, seed=cfg.train.seed), cfg)
     else:  # only rank 0 samples; other learners keep an idle in-process backend for its pad / EOS ids
         backend = HFBackend(model, tokenizer)
     teacher = teacher_model(cfg, tokenizer) if needs_teacher else None
