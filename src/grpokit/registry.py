@@ -99,20 +99,27 @@ class Registry:
         """The axis's context keywords that ``name`` reads, given the run's option and context ``values``.
 
         Those its signature names (all of them for a ``**kwargs`` function), less those its
-        registration's ``context_if`` switches off: ``context_if={key: (switch, on)}`` says ``key``
-        is read only while the option or context value ``switch`` (from ``values``, else its
-        signature default) is one of ``on`` (e.g. CISPO reads the clip range only with ``ppo_mask``).
+        registration's ``reads_if`` switches off: ``reads_if={key: (switch, on)}`` says the context
+        or option ``key`` is read only while the option or context value ``switch`` (from ``values``,
+        else its signature default) is one of ``on`` (e.g. CISPO reads the clip range only with
+        ``ppo_mask``; KDRL's ``kd_estimator`` only with ``kd_placement='loss'``).
         A config field whose context keyword is not taken has no effect on the run.
         """
-        spec = self.spec(name)
-        params = inspect.signature(spec.fn).parameters
+        params = inspect.signature(self.spec(name).fn).parameters
         catch_all = any(p.kind is p.VAR_KEYWORD for p in params.values())
         taken = set(self.context) if catch_all else {k for k in self.context if k in params}
-        for key, (switch, on) in dict(spec.props.get("context_if") or {}).items():
+        return taken - self.switched_off(name, values)
+
+    def switched_off(self, name: str, values: Mapping[str, Any]) -> set[str]:
+        """The option or context keys of ``name`` that its ``reads_if`` switches off under ``values`` (see :meth:`context_taken`)."""
+        spec = self.spec(name)
+        params = inspect.signature(spec.fn).parameters
+        off = set()
+        for key, (switch, on) in dict(spec.props.get("reads_if") or {}).items():
             default = params[switch].default if switch in params else None
             if values.get(switch, default) not in on:
-                taken.discard(key)
-        return taken
+                off.add(key)
+        return off
 
     def check_options(self, name: str, options: Mapping[str, Any], where: str) -> None:
         """Raise ``ValueError`` (one line) when ``options`` holds a key that ``name`` does not take."""

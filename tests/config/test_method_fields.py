@@ -94,3 +94,9 @@ def test_declared_ratios_agree_with_the_signatures():
         assert spec.ratios is None or set(spec.ratios) <= set(ratios.names()), name
         for agg in spec.aggregations or ():
             assert agg in get_registry("aggregation"), name
+
+
+def test_an_option_switched_off_by_another_is_refused():
+    msg = problem("algorithm.loss=kdrl", "algorithm.loss_options={kd_placement: reward, kd_estimator: k3}")
+    assert msg.startswith("algorithm.loss_options.kd_estimator is read by algorithm.loss 'kdrl' only when kd_placement")
+    assert problem("algorithm.loss=kdrl", "algorithm.loss_options={kd_placement: loss, kd_estimator: k3}") is None

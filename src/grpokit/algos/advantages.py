@@ -20,8 +20,8 @@ from grpokit.registry import Registry
 ADVANTAGES = Registry(
     "advantage",
     # make_state: a state factory (the trainer creates, passes and checkpoints the state);
-    # context_if: {context key: (switch, values)}, see Registry.context_taken
-    properties={"make_state": None, "context_if": None},
+    # reads_if: {context key: (switch, values)}, see Registry.context_taken
+    properties={"make_state": None, "reads_if": None},
     context=("scale", "std_mode", "std_eps", "state", "domains", "mask"),
 )
 
@@ -48,7 +48,7 @@ def group_mean_std(
 _SCALED = ("group", "batch")  # the scales that divide by a std: only they read std_mode / std_eps
 
 
-@ADVANTAGES.register("grpo", context_if={"std_mode": ("scale", _SCALED), "std_eps": ("scale", _SCALED)})
+@ADVANTAGES.register("grpo", reads_if={"std_mode": ("scale", _SCALED), "std_eps": ("scale", _SCALED)})
 def grpo_advantage(
     rewards: torch.Tensor,
     group_ids: torch.Tensor,
@@ -134,7 +134,7 @@ def _check_singletons(counts: torch.Tensor, allow: bool, name: str) -> torch.Ten
     return singleton
 
 
-@ADVANTAGES.register("rloo", context_if={"std_mode": ("divide_by_std", (True,)), "std_eps": ("divide_by_std", (True,))})
+@ADVANTAGES.register("rloo", reads_if={"std_mode": ("divide_by_std", (True,)), "std_eps": ("divide_by_std", (True,))})
 def rloo_advantage(
     rewards: torch.Tensor,
     group_ids: torch.Tensor,

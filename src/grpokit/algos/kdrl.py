@@ -51,7 +51,11 @@ def kdrl_option_schedule(step: int, *, beta_0: Optional[float] = None, beta_min:
     return {"kd_coef": kdrl_coefficient(step, beta_0=beta_0, beta_min=beta_min, kappa=kappa)}
 
 
-@POLICY_LOSSES.register("kdrl", inputs=("teacher_logp", "rewards", "group_ids"), option_schedule=kdrl_option_schedule, ratios=None)
+_IN_LOSS = ("kd_placement", ("loss",))  # kd_placement='reward' shapes the advantage with the detached k1 instead
+
+
+@POLICY_LOSSES.register("kdrl", inputs=("teacher_logp", "rewards", "group_ids"), option_schedule=kdrl_option_schedule, ratios=None,
+                        reads_if={"kd_estimator": _IN_LOSS, "kd_full_denominator": _IN_LOSS})
 def kdrl_loss(
     inp: LossInputs,
     *,

@@ -28,11 +28,11 @@ POLICY_LOSSES = Registry(
     #   aggregations apply (CISPO's ratio is a detached weight)
     # aggregations: the aggregations its per-token values are built for (None: any)
     # kl_aggregation: an aggregation of its own for the beta * KL term (None: the run's aggregation)
-    # context_if: {context key: (switch, values)}: the key is read only while the option / context
+    # reads_if: {context or option key: (switch, values)}: the key is read only while the option / context
     #   ``switch`` is one of ``values`` (see Registry.context_taken)
     properties={"groupwise": False, "zero_advantage_zero_gradient": False, "option_schedule": None,
                 "ratios": ("token",), "ratio_gradient": True, "aggregations": None, "kl_aggregation": None,
-                "context_if": None},
+                "reads_if": None},
     # context: offered by the objective to every loss that names them, never user options;
     # num_seqs / num_tokens: the optimizer batch's totals (for a loss with a batch-level term)
     context=("epsilon_low", "epsilon_high", "ratio", "num_seqs", "num_tokens"),

@@ -19,7 +19,7 @@ Metrics = dict[str, torch.Tensor]
 _PPO_MASK_ONLY = {"epsilon_low": ("ppo_mask", (True,)), "epsilon_high": ("ppo_mask", (True,))}
 
 
-@POLICY_LOSSES.register("cispo", ratios=None, ratio_gradient=False, context_if=_PPO_MASK_ONLY)
+@POLICY_LOSSES.register("cispo", ratios=None, ratio_gradient=False, reads_if=_PPO_MASK_ONLY)
 def cispo_loss(
     inp: LossInputs,
     *,

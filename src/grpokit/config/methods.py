@@ -7,9 +7,11 @@ never from its name:
 * ``algorithm.epsilon_low/high``, ``scale``, ``std_mode``, ``std_eps``, ``kl_clamp`` reach a
   method as context keywords; a field set away from its default whose keyword the chosen method
   does not take (:meth:`~grpokit.registry.Registry.context_taken`, with the registration's
-  ``context_if``) is refused.
+  ``reads_if``) is refused.
 * ``algorithm.ratio``: the loss's declared ``ratios``; ``algorithm.aggregation``: the loss's
   declared ``aggregations`` and, for a loss that differentiates through the ratio, the ratio's.
+* A ``loss_options`` / ``advantage_options`` key that the method's ``reads_if`` switches off
+  under the run's other values (KDRL's ``kd_estimator`` with ``kd_placement: reward``).
 * ``algorithm.kl`` / ``kl_clamp`` act only with ``beta > 0``; ``beta > 0`` needs a KL estimator.
 * ``algorithm.entropy_band_quantiles`` act only with ``entropy_band_coef > 0``.
 """
@@ -33,7 +35,7 @@ CONTEXT_FIELDS = {
 
 def method_problem(cfg: Config) -> Optional[str]:
     """The first field of ``cfg.algorithm`` that its chosen methods would ignore or misread, as one line; None if none."""
-    for check in (_kl_problem, _ratio_problem, _aggregation_problem, _context_problem, _entropy_band_problem):
+    for check in (_kl_problem, _ratio_problem, _aggregation_problem, _context_problem, _switched_off_option, _entropy_band_problem):
         problem = check(cfg.algorithm)
         if problem is not None:
             return problem
@@ -100,10 +102,26 @@ def _context_problem(a: AlgorithmConfig) -> Optional[str]:
         values: dict[str, Any] = {**options, **{k: getattr(a, f) for f, (ax, k) in CONTEXT_FIELDS.items() if ax == axis}}
         if key in registry.context_taken(name, values):
             continue
-        switch = dict(registry.spec(name).props.get("context_if") or {}).get(key)
+        switch = dict(registry.spec(name).props.get("reads_if") or {}).get(key)
         when = f" unless {switch[0]} is one of {list(switch[1])}" if switch else ""
         return (f"algorithm.{field} = {getattr(a, field)!r} is not read by algorithm.{axis} '{name}'{when}: "
                 f"remove it, or choose an algorithm.{axis} that reads it")
+    return None
+
+
+def _switched_off_option(a: AlgorithmConfig) -> Optional[str]:
+    """A key of an option bag that the method's ``reads_if`` switches off under the run's other values."""
+    from grpokit.registries import get_registry
+
+    bags = {"loss": (a.loss, a.loss_options, "algorithm.loss_options"),
+            "advantage": (a.advantage, a.advantage_options, "algorithm.advantage_options")}
+    for axis, (name, options, where) in bags.items():
+        values = {**options, **{k: getattr(a, f) for f, (ax, k) in CONTEXT_FIELDS.items() if ax == axis}}
+        off = sorted(set(options) & get_registry(axis).switched_off(name, values))
+        if off:
+            switch, on = get_registry(axis).spec(name).props["reads_if"][off[0]]
+            return (f"{where}.{off[0]} is read by algorithm.{axis} '{name}' only when {switch} is one of {list(on)} "
+                    f"(it is {values.get(switch, 'its default')!r}): remove it or set {where}.{switch}")
     return None
 
 
