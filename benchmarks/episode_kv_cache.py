@@ -21,7 +21,6 @@ import os
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -56,9 +55,11 @@ def sample(model, tok, kv_cache: bool, a, prefilled: list[int]) -> float:
     from grpokit.rollout.hf import HFBackend
     from grpokit.rollout.types import SamplingParams
 
-    env = SimpleNamespace(name=f"{Path(__file__).resolve()}:FixedTurns", options={"turns": a.turns}, max_turns=a.turns,
-                          max_episode_tokens=100_000, step_timeout_s=0.0, on_error="raise", observation_role="user",
-                          kv_cache=kv_cache)
+    from grpokit.config.schema import EnvironmentConfig
+
+    env = EnvironmentConfig(name=f"{Path(__file__).resolve()}:FixedTurns", options={"turns": a.turns}, max_turns=a.turns,
+                            max_episode_tokens=100_000, step_timeout_s=0.0, on_error="raise", observation_role="user",
+                            kv_cache=kv_cache)
     rows = [{"prompt": f"Walk to object {i}. Reply with up to 3 actions: forward, turn left, turn right, stop."} for i in range(a.prompts)]
     texts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False, add_generation_prompt=True) for r in rows]
     params = SamplingParams(max_new_tokens=a.tokens, min_new_tokens=a.tokens, temperature=1.0)

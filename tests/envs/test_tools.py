@@ -3,7 +3,6 @@
 import json
 import socket
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -121,9 +120,10 @@ def test_a_tool_episode_carries_the_result_as_unsampled_tool_tokens_and_ends_on_
         return torch.tensor(ids).repeat(b, 1), torch.full((b, len(ids)), -0.1), torch.zeros(b, len(ids))
 
     monkeypatch.setattr(inner, "decode", decode)
-    cfg = SimpleNamespace(name="tools", options={"tools": ["calculator"]}, max_turns=4, max_episode_tokens=400,
-                          step_timeout_s=10.0, on_error="raise", observation_role="user", kv_cache=False,
-                          max_failed_fraction=1.0)
+    from grpokit.config.schema import EnvironmentConfig
+
+    cfg = EnvironmentConfig(name="tools", options={"tools": ["calculator"]}, max_turns=4, max_episode_tokens=400,
+                            step_timeout_s=10.0, on_error="raise", observation_role="user", kv_cache=False)
     row = {"prompt": "What is 37 * 46?", "answer": "1702"}
     text = tok.apply_chat_template([{"role": "user", "content": row["prompt"]}], tokenize=False, add_generation_prompt=True)
     batch = EpisodeBackend(inner, cfg, None, seed=0).generate([text], [row], 2, SamplingParams(max_new_tokens=80))

@@ -88,12 +88,8 @@ class EpisodeBackend:
         self.template = TurnTemplate(self.tokenizer, eos_text)
         self._step, self._calls = 0, 0
         # the KV cache across turns needs a backend that can continue one (hf's decode_turn)
-        self.kv_cache = bool(getattr(env, "kv_cache", True)) and callable(getattr(backend, "decode_turn", None))
-        from grpokit.config.schema import EnvironmentConfig
-
-        defaults = EnvironmentConfig()  # stand-in sections (a benchmark's SimpleNamespace) may predate these two fields
-        self.max_failed_fraction = getattr(env, "max_failed_fraction", defaults.max_failed_fraction)
-        self.heldout_seed = getattr(env, "heldout_seed", defaults.heldout_seed)
+        self.kv_cache = env.kv_cache and callable(getattr(backend, "decode_turn", None))
+        self.max_failed_fraction, self.heldout_seed = env.max_failed_fraction, env.heldout_seed
         self._cache, self._cache_rows = None, []
 
     @property
