@@ -275,7 +275,8 @@ class TextNavigation:
     """The navigation episode of the row's ``world_seed`` (see the module docstring for the rules).
 
     ``early_stopping``: end the episode as a failure once executed steps exceed
-    ``step_budget(N_gt, tol, n_max)`` (False: only the turn budget ends long episodes).
+    ``step_budget(N_gt, tol, n_max)`` (False: the run's turn budget ``environment.max_turns`` or its
+    token cap ``environment.max_episode_tokens`` ends a long episode, whichever comes first).
     info: ``success``, ``distance`` (m, at the end), ``steps`` (executed primitive actions),
     ``pruned`` (1: ended by the step budget), ``malformed`` (1: ended by a malformed turn),
     ``n_gt`` (the expert path's moves), ``budget`` (its step budget), ``blocked`` (forward moves
