@@ -65,7 +65,8 @@ lock:
 	$(UV) pip compile -q pyproject.toml --extra dev --extra ray --find-links /opt/wheels $(LOCKFOR) $(LOCKFLAGS) -o $(LOCK)
 	# the lock names torch by its public version; the Makefile installs the +cpu wheel by name
 	sed -i 's/^torch==2\.13\.0+cpu$$/torch==2.13.0/' $(LOCK)
-	# optional extras, resolved on top of the tested lock (its pins as constraints)
+	# optional extras, resolved on top of the tested lock (its pins as constraints); bench, envs and
+	# diffusion add nothing to dev, so cpu.lock already pins them
 	for extra in tracking tensorboard; do \
 	  $(UV) pip compile -q pyproject.toml --extra dev --extra ray --extra $$extra -c $(LOCK) --find-links /opt/wheels \
 	    $(LOCKFOR) $(LOCKFLAGS) -o requirements/$$extra.lock || exit 1; \
