@@ -4,6 +4,7 @@
     python benchmarks/vision.py                    # all three studies (about an hour on 2 cores)
     python benchmarks/vision.py --only grpo        # GRPO on the image task, 10 training minutes
     python benchmarks/vision.py --dry-run          # a random tiny Qwen2-VL, seconds: the same code path
+    python benchmarks/vision.py --only grpo --grpo-minutes 0 --model DIR   # 1000 steps on another build
 
 * ``grpo``: the ``vision_grpo`` preset (colour / count / shape questions about 56 px images),
   ``--grpo-minutes`` of training, held-out greedy accuracy before and after;
@@ -13,7 +14,9 @@
 * ``video``: ``deepvideo_r1`` (Reg-GRPO + difficulty-aware augmentation, arXiv 2506.07464) and
   plain GRPO on the 4-frame clips, ``--video-minutes`` each.
 
-Every run starts from the embedded ``tiny-qwen2vl`` (noisy prior, built on first use). The last
+Every run starts from the embedded ``tiny-qwen2vl`` (noisy prior, built on first use) or ``--model``: a
+folder from ``python -m grpokit.vision.pretrain --out DIR --seed S``, to measure the spread over build
+seeds (the run's log names the model's fingerprint, :mod:`grpokit.model.fingerprint`). The last
 stdout line is ``grpo_before=… grpo_after=… papo_mean=… grpo_mean=… video_before=… video_after=…``.
 """
 

@@ -57,7 +57,7 @@ PINNED_ENV = {
     "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX512F,-AVX2,-FMA,-FMA4",
     "CUDA_VISIBLE_DEVICES": "",
 }
-# Removed in the child: they select kernels by CPU (the AMD shim is an LD_PRELOAD entry).
+# Removed in the child: they select kernels by CPU. All of LD_PRELOAD goes: the AMD MKL shim, or any library swapped in.
 UNPINNED = ("LD_PRELOAD", "MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE", "MKL_CBWR_BRANCH")
 ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile")
 
@@ -181,15 +181,20 @@ def _child_build(target: str, out: str, kwargs: str) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    import argparse
+
+    p = argparse.ArgumentParser(description="Recompute a built model folder's weights digest and check its record")
+    p.add_argument("folder", nargs="?", help="a model folder (with *.safetensors)")
+    p.add_argument("--build", nargs=3, metavar=("MODULE:FUNCTION", "OUT", "KWARGS_JSON"),
+                   help=argparse.SUPPRESS)  # the pinned child of pinned_build
+    a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if argv[:1] == ["--build"] and len(argv) == 4:
-        _child_build(*argv[1:])
+    if a.build:
+        _child_build(*a.build)
         return 0
-    if len(argv) != 1:
-        print("usage: python -m grpokit.model.fingerprint FOLDER", file=sys.stderr)
-        return 2
-    entry, digest = read(argv[0]), weights_digest(saved_tensors(argv[0]))
+    if a.folder is None:
+        p.error("give a model folder")
+    entry, digest = read(a.folder), weights_digest(saved_tensors(a.folder))
     print(f"weights {digest}" + ("" if entry is None else f"; recorded: {describe(entry)}"))
     return 0 if entry is None or entry["fingerprint"] == digest else 1
 
