@@ -169,3 +169,37 @@ def test_the_options_without_gradient_are_the_listed_ones():
         assert option in POLICY_LOSSES.option_names(name)
         value = True if option == "aux_grad" else 0.5
         assert (_loss_gradient(name, {option: value}) - _loss_gradient(name, {})).abs().max() <= 1e-7
+
+
+TOKEN_WEIGHT_ALTERNATIVES = {"forking": {"rho": 0.5, "scope": "sequence"}}
+CORRECTION_ALTERNATIVES = {
+    "decoupled": {"cap": 1.2},
+    "mis_sequence": {"low": 0.95, "high": 1.05, "geometric": True},
+    "mis_token": {"low": 0.95, "high": 1.05},
+    "tis_sequence": {"cap": 1.05, "geometric": True},
+    "tis_token": {"cap": 1.05},
+}
+
+
+@pytest.mark.parametrize("axis, table", [("token_weights", TOKEN_WEIGHT_ALTERNATIVES), ("correction", CORRECTION_ALTERNATIVES)])
+def test_every_token_weighting_and_correction_option_changes_the_weights(axis, table):
+    from grpokit.registries import get_registry
+
+    registry = get_registry(axis)
+    g = torch.Generator().manual_seed(1)
+    b, t = 6, 5
+    mask = (torch.arange(t)[None] < torch.tensor([5, 3, 4, 5, 2, 4])[:, None]).float()
+    old = -torch.rand(b, t, generator=g)
+    behaviour = old + 0.3 * torch.randn(b, t, generator=g)
+    context = {"entropy": torch.rand(b, t, generator=g), "group_ids": torch.tensor([0, 0, 0, 1, 1, 1]),
+               "completion_ids": torch.randint(0, 3, (b, t), generator=g), "rewards": torch.tensor([1.0, 0, 0, 1, 1, 0])}
+
+    def run(name, opts):
+        if axis == "correction":
+            return call_with(registry.get(name), old, behaviour, mask, context={}, options=opts)[0]
+        return call_with(registry.get(name), mask, context=context, options=opts)[0]
+
+    for name in registry.names():
+        for option in registry.option_names(name):
+            assert option in table.get(name, {}), f"{axis} '{name}' option '{option}': add an alternative value that acts"
+            assert (run(name, {option: table[name][option]}) - run(name, {})).abs().max() > 1e-6, f"{name}.{option}"

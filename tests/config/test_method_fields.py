@@ -59,6 +59,10 @@ def test_a_loss_built_for_the_sequence_mean_refuses_other_aggregations(loss):
     (["algorithm.kl_clamp=true"], "algorithm.kl_clamp"),  # beta 0
     (["algorithm.beta=0.1", "algorithm.kl=none"], "algorithm.beta"),
     (["algorithm.entropy_band_quantiles=[0.2, 0.6]"], "algorithm.entropy_band_quantiles"),
+    (["algorithm.max_sampling_rounds=2"], "algorithm.max_sampling_rounds"),  # without dynamic sampling
+    (["algorithm.plan_delimiter='='"], "algorithm.plan_delimiter"),  # ppo_clip with the token ratio
+    (["algorithm.ref_sync_every=1"], "algorithm.ref_sync_every"),  # beta 0, ppo_clip: no reference is read
+    (["algorithm.correction_options={cap_: 2}"], "algorithm.correction_options"),  # auto = decoupled: its keys
 ])
 def test_a_field_nothing_reads_is_refused_in_one_line(overrides, field):
     msg = problem(*overrides)
@@ -72,6 +76,11 @@ def test_a_field_nothing_reads_is_refused_in_one_line(overrides, field):
     ["algorithm.loss=humanline", "algorithm.epsilon_high=0.28"],
     ["algorithm.beta=0.1", "algorithm.kl=k2", "algorithm.kl_clamp=true"],
     ["algorithm.entropy_band_coef=1.0", "algorithm.entropy_band_quantiles=[0.2, 0.6]"],
+    ["algorithm.dynamic_sampling=true", "algorithm.max_sampling_rounds=2"],
+    ["algorithm.ratio=span", "algorithm.plan_delimiter='='"],
+    ["algorithm.loss=humanline", "algorithm.ref_sync_every=1"],
+    ["algorithm.beta=0.1", "algorithm.ref_sync_every=1"],
+    ["algorithm.correction_options={cap: 2.0}"],
 ])
 def test_the_same_fields_are_accepted_where_they_act(overrides):
     assert problem(*overrides) is None

@@ -73,13 +73,16 @@ def test_no_reference_model_when_beta_is_zero(tiny_cfg):
     assert "kl" not in trainer.train_step()
 
 
-def test_entropy_bonus_and_kl_none_run(tiny_cfg):
-    cfg = tiny_cfg(**{"train.steps": 1, "algorithm.entropy_coef": 0.01, "algorithm.kl": "none", "algorithm.beta": 0.1})
+def test_entropy_bonus_runs_and_kl_none_with_beta_is_refused(tiny_cfg):
+    from grpokit.trainer.inputs import RunContractError
+
     model, tok = tiny_model_and_tokenizer(seed=0)
-    trainer = Trainer(cfg, model=model, tokenizer=tok)
-    assert trainer.ref_model is None  # kl 'none' needs no reference
+    with pytest.raises(RunContractError, match="^algorithm.beta = 0.1 with algorithm.kl 'none' adds no KL term"):
+        Trainer(tiny_cfg(**{"algorithm.kl": "none", "algorithm.beta": 0.1}), model=model, tokenizer=tok)  # before: KL silently 0
+    trainer = Trainer(tiny_cfg(**{"train.steps": 1, "algorithm.entropy_coef": 0.01}), model=model, tokenizer=tok)
+    assert trainer.ref_model is None
     m = trainer.train_step()
-    assert m["kl"] == 0.0 and m["entropy"] > 0
+    assert "kl" not in m and m["entropy"] > 0
 
 
 def length_reward(prompts, completions, **_):

@@ -35,10 +35,45 @@ CONTEXT_FIELDS = {
 
 def method_problem(cfg: Config) -> Optional[str]:
     """The first field of ``cfg.algorithm`` that its chosen methods would ignore or misread, as one line; None if none."""
-    for check in (_kl_problem, _ratio_problem, _aggregation_problem, _context_problem, _switched_off_option, _entropy_band_problem):
+    for check in (_kl_problem, _ratio_problem, _aggregation_problem, _context_problem, _switched_off_option, _entropy_band_problem,
+                  _sampling_rounds_problem, _auto_correction_problem):
         problem = check(cfg.algorithm)
         if problem is not None:
             return problem
+    return _unread_input_problem(cfg)
+
+
+def _sampling_rounds_problem(a: AlgorithmConfig) -> Optional[str]:
+    if not a.dynamic_sampling and _changed(a, "max_sampling_rounds"):
+        return (f"algorithm.max_sampling_rounds = {a.max_sampling_rounds} is read only with algorithm.dynamic_sampling=true: "
+                "set it or remove max_sampling_rounds")
+    return None
+
+
+def _auto_correction_problem(a: AlgorithmConfig) -> Optional[str]:
+    """``correction: auto`` applies 'decoupled' to off-policy batches: its options are decoupled's (checked here; other names in check_run)."""
+    from grpokit.registries import get_registry
+
+    if a.correction != "auto":
+        return None
+    try:
+        get_registry("correction").check_options("decoupled", a.correction_options, "algorithm.correction_options (auto = decoupled when off-policy)")
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _unread_input_problem(cfg: Config) -> Optional[str]:
+    """A field that only produces an input (plan spans, a synced reference) that none of the chosen methods reads."""
+    from grpokit.trainer.inputs import needed_inputs
+
+    a, needed = cfg.algorithm, needed_inputs(cfg)
+    if a.plan_delimiter and "plan_mask" not in needed:
+        return (f"algorithm.plan_delimiter {a.plan_delimiter!r} marks planning spans, which algorithm.loss '{a.loss}' and "
+                f"algorithm.ratio '{a.ratio}' do not read: use loss ts_grpo or ratio span, or remove plan_delimiter")
+    if a.ref_sync_every and "ref_logp" not in needed:
+        return (f"algorithm.ref_sync_every = {a.ref_sync_every} syncs a reference that nothing reads here (beta is {a.beta}, "
+                f"loss '{a.loss}'): use loss humanline or algorithm.beta > 0, or set ref_sync_every=0")
     return None
 
 
