@@ -109,3 +109,12 @@ def test_an_option_switched_off_by_another_is_refused():
     msg = problem("algorithm.loss=kdrl", "algorithm.loss_options={kd_placement: reward, kd_estimator: k3}")
     assert msg.startswith("algorithm.loss_options.kd_estimator is read by algorithm.loss 'kdrl' only when kd_placement")
     assert problem("algorithm.loss=kdrl", "algorithm.loss_options={kd_placement: loss, kd_estimator: k3}") is None
+
+
+def test_a_combiner_whose_step_scale_the_advantage_divides_out_is_refused():
+    # hypervolume multiplies every reward of a step by one m; (mR - m mu) / (m sigma + eps) cancels it
+    msg = problem("reward_combiner.name=hypervolume")
+    assert msg.startswith("reward_combiner.name 'hypervolume' scales each step's rewards by one number")
+    for ok in (["algorithm.advantage=dr_grpo"], ["algorithm.scale=none"], ["algorithm.advantage=rloo"]):
+        assert problem("reward_combiner.name=hypervolume", *ok) is None
+    assert problem("reward_combiner.name=hypervolume", "algorithm.advantage=rloo", "algorithm.advantage_options={divide_by_std: true}")

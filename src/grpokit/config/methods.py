@@ -40,7 +40,21 @@ def method_problem(cfg: Config) -> Optional[str]:
         problem = check(cfg.algorithm)
         if problem is not None:
             return problem
-    return _unread_input_problem(cfg)
+    return _unread_input_problem(cfg) or _cancelled_combiner_problem(cfg)
+
+
+def _cancelled_combiner_problem(cfg: Config) -> Optional[str]:
+    """A combiner whose only effect is a per-step scale, under an advantage that divides by a reward std (it cancels it)."""
+    from grpokit.registries import get_registry
+
+    a, name = cfg.algorithm, cfg.reward_combiner.name
+    if not get_registry("combiner").spec(name).step_scale:
+        return None
+    values = {**a.advantage_options, **{k: getattr(a, f) for f, (ax, k) in CONTEXT_FIELDS.items() if ax == "advantage"}}
+    if "std_eps" not in get_registry("advantage").context_taken(a.advantage, values):
+        return None
+    return (f"reward_combiner.name '{name}' scales each step's rewards by one number, which algorithm.advantage "
+            f"'{a.advantage}' divides out again (it divides by a reward std): use advantage dr_grpo, grpo with scale none, or rloo")
 
 
 def _sampling_rounds_problem(a: AlgorithmConfig) -> Optional[str]:

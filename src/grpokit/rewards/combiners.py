@@ -29,7 +29,10 @@ from grpokit.registry import Registry
 
 COMBINERS = Registry(
     "combiner",
-    properties={"make_state": None},  # a state factory: the trainer creates, passes and checkpoints the state
+    # make_state: a state factory (the trainer creates, passes and checkpoints the state);
+    # step_scale: what the combiner adds is one number per step multiplying every reward, which an
+    #   advantage that divides by a reward std cancels (the run refuses that pairing at load)
+    properties={"make_state": None, "step_scale": False},
     context=("weights", "state", "objective_grads", "validation", "lr"),
 )
 
@@ -191,7 +194,7 @@ class HypervolumeState:
         self.multiplier, self.delta_hv = float(state["multiplier"]), float(state["delta_hv"])
 
 
-@COMBINERS.register("hypervolume", inputs=("validation",), make_state=HypervolumeState)
+@COMBINERS.register("hypervolume", inputs=("validation",), make_state=HypervolumeState, step_scale=True)
 def hypervolume_combiner(
     scores, group_ids, *, weights, state: Optional[HypervolumeState] = None, validation=None, maximize=None,
     normalize: bool = False, std_mode: str = "unbiased", std_eps: float = 1e-6,
