@@ -118,3 +118,11 @@ def test_a_combiner_whose_step_scale_the_advantage_divides_out_is_refused():
     for ok in (["algorithm.advantage=dr_grpo"], ["algorithm.scale=none"], ["algorithm.advantage=rloo"]):
         assert problem("reward_combiner.name=hypervolume", *ok) is None
     assert problem("reward_combiner.name=hypervolume", "algorithm.advantage=rloo", "algorithm.advantage_options={divide_by_std: true}")
+
+
+def test_an_entropy_bonus_on_a_policy_without_entropies_is_refused():
+    # the masked-diffusion and flow policies' learner forwards give no entropy: the bonus was skipped
+    for preset in ("espo", "flow_grpo"):
+        assert problem("algorithm.entropy_coef=0.01", preset=preset).startswith("algorithm.entropy_coef = 0.01 needs per-unit entropies")
+    assert problem("algorithm.entropy_coef=0.01") is None
+    assert problem("algorithm.entropy_coef=0.01", "rollout.backend=vllm") is None  # the learner's own forward has them

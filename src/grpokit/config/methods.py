@@ -13,7 +13,13 @@ never from its name:
 * A ``loss_options`` / ``advantage_options`` key that the method's ``reads_if`` switches off
   under the run's other values (KDRL's ``kd_estimator`` with ``kd_placement: reward``).
 * ``algorithm.kl`` / ``kl_clamp`` act only with ``beta > 0``; ``beta > 0`` needs a KL estimator.
-* ``algorithm.entropy_band_quantiles`` act only with ``entropy_band_coef > 0``.
+* ``algorithm.entropy_band_quantiles`` act only with ``entropy_band_coef > 0``;
+  ``max_sampling_rounds`` only with ``dynamic_sampling``; ``correction_options`` under ``auto``
+  are decoupled's; ``plan_delimiter`` / ``ref_sync_every`` need a method that reads the plan
+  mask / the reference; ``entropy_coef`` / ``entropy_band_coef`` a policy whose forward gives
+  entropies.
+* A combiner declared ``step_scale`` (one number per step times every reward) under an advantage
+  that divides by a reward std, which cancels it.
 """
 
 from __future__ import annotations
@@ -79,9 +85,13 @@ def _auto_correction_problem(a: AlgorithmConfig) -> Optional[str]:
 
 def _unread_input_problem(cfg: Config) -> Optional[str]:
     """A field that only produces an input (plan spans, a synced reference) that none of the chosen methods reads."""
-    from grpokit.trainer.inputs import needed_inputs
+    from grpokit.trainer.inputs import MISSING, needed_inputs
 
     a, needed = cfg.algorithm, needed_inputs(cfg)
+    for field in ("entropy_coef", "entropy_band_coef"):  # the learner adds them only where its forward gives entropies
+        why = MISSING["entropy"](cfg) if getattr(a, field) > 0 and cfg.rollout.backend == "hf" else None
+        if why is not None:  # (an engine sampler without entropies still leaves the learner's own forward)
+            return f"algorithm.{field} = {getattr(a, field)} needs per-unit entropies: {why}"
     if a.plan_delimiter and "plan_mask" not in needed:
         return (f"algorithm.plan_delimiter {a.plan_delimiter!r} marks planning spans, which algorithm.loss '{a.loss}' and "
                 f"algorithm.ratio '{a.ratio}' do not read: use loss ts_grpo or ratio span, or remove plan_delimiter")
