@@ -203,3 +203,35 @@ def test_every_token_weighting_and_correction_option_changes_the_weights(axis, t
         for option in registry.option_names(name):
             assert option in table.get(name, {}), f"{axis} '{name}' option '{option}': add an alternative value that acts"
             assert (run(name, {option: table[name][option]}) - run(name, {})).abs().max() > 1e-6, f"{name}.{option}"
+
+
+OFFLINE_ALTERNATIVES = {
+    "humanline_dpo": {"log_eps_p": -0.05, "log_eps_r": 0.05},
+    "kto": {"desirable_weight": 2.0, "undesirable_weight": 2.0},
+    "humanline_kto": {"desirable_weight": 2.0, "undesirable_weight": 2.0, "log_eps_p": -0.05, "log_eps_r": 0.05},
+    "tpsft": {"epsilon": 0.01},
+}
+
+
+def test_every_offline_loss_option_changes_the_gradient():
+    from grpokit.algos.offline import OFFLINE_LOSSES, OfflineInputs
+
+    g = torch.Generator().manual_seed(2)
+    b, t = 4, 5
+    mask = (torch.arange(t)[None] < torch.tensor([5, 3, 4, 2])[:, None]).float()
+    base_logp = -torch.rand(b, t, generator=g)
+    fields = dict(mask=mask, ref_logp=base_logp + 0.4 * torch.randn(b, t, generator=g), label=torch.tensor([1.0, 0.0, 1.0, 0.0]),
+                  kl_logp=-torch.rand(b, t, generator=g), kl_ref_logp=-torch.rand(b, t, generator=g), kl_mask=mask)
+    context = {"beta": 0.1, "num_rows": float(b), "num_tokens": float(mask.sum())}
+
+    def grad(name, opts):
+        logp = base_logp.clone().requires_grad_(True)
+        loss, _ = call_with(OFFLINE_LOSSES.get(name), OfflineInputs(logp=logp, **fields), context=context, options=opts)
+        loss.backward()
+        return logp.grad
+
+    for name in OFFLINE_LOSSES.names():
+        for option in OFFLINE_LOSSES.option_names(name):
+            assert option in OFFLINE_ALTERNATIVES.get(name, {}), f"offline loss '{name}' option '{option}': add an alternative value"
+            value = OFFLINE_ALTERNATIVES[name][option]
+            assert (grad(name, {option: value}) - grad(name, {})).abs().max() > 1e-6, f"{name}.{option}"
