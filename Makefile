@@ -8,6 +8,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 LOCK    := requirements/cpu.lock
 MODELS  := requirements/models.txt
+TORCH   := requirements/torch-cpu.txt
 UV      := $(VENV)/.uv/bin/uv
 # the lock is resolved for the interpreter and platform every machine of this project has
 LOCKFOR := --python-version 3.11 --python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock"
@@ -23,12 +24,12 @@ CLEANUP = ; rc=$$?; rm -rf "$$tmp"; exit $$rc
 
 .PHONY: demo test test-slow install bench lock clean
 
-$(STAMP): pyproject.toml $(LOCK) $(MODELS)
+$(STAMP): pyproject.toml $(LOCK) $(MODELS) $(TORCH)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q pip==26.3
 	# torch first, as the CPU wheel on local disk by its exact local version: where that wheel is
 	# missing this fails at once instead of downloading a multi-GB CUDA build (the lock says 2.13.0)
-	$(BIN)/pip install -q --no-deps torch==2.13.0+cpu
+	$(BIN)/pip install -q --no-deps -r $(TORCH)
 	# the lock is the whole closure: --no-deps, pip resolves nothing and installs exactly it
 	$(BIN)/pip install -q --no-deps -r $(LOCK)
 	$(BIN)/pip install -q --no-deps -e .
@@ -62,13 +63,14 @@ bench: $(STAMP)
 # uv does not read pip.conf: the CPU torch wheel comes from /opt/wheels via --find-links.
 lock:
 	test -x $(UV) || ($(PY) -m venv $(VENV)/.uv && $(VENV)/.uv/bin/pip install -q uv==0.13.8)
-	$(UV) pip compile -q pyproject.toml --extra dev --extra ray --find-links /opt/wheels $(LOCKFOR) $(LOCKFLAGS) -o $(LOCK)
+	# -c $(TORCH): else uv would prefer the lock's own `torch==2.13.0`, which the index has as a CUDA build
+	$(UV) pip compile -q pyproject.toml --extra dev --extra ray -c $(TORCH) --find-links /opt/wheels $(LOCKFOR) $(LOCKFLAGS) -o $(LOCK)
 	# the lock names torch by its public version; the Makefile installs the +cpu wheel by name
 	sed -i 's/^torch==2\.13\.0+cpu$$/torch==2.13.0/' $(LOCK)
 	# optional extras, resolved on top of the tested lock (its pins as constraints); bench, envs and
 	# diffusion add nothing to dev, so cpu.lock already pins them
 	for extra in tracking tensorboard; do \
-	  $(UV) pip compile -q pyproject.toml --extra dev --extra ray --extra $$extra -c $(LOCK) --find-links /opt/wheels \
+	  $(UV) pip compile -q pyproject.toml --extra dev --extra ray --extra $$extra -c $(TORCH) -c $(LOCK) --find-links /opt/wheels \
 	    $(LOCKFOR) $(LOCKFLAGS) -o requirements/$$extra.lock || exit 1; \
 	  sed -i 's/^torch==2\.13\.0+cpu$$/torch==2.13.0/' requirements/$$extra.lock; done
 	# vllm (GPU): resolved alone with PyPI's CUDA torch; it cannot sit on the tested lock, whose
