@@ -126,3 +126,11 @@ def test_an_entropy_bonus_on_a_policy_without_entropies_is_refused():
         assert problem("algorithm.entropy_coef=0.01", preset=preset).startswith("algorithm.entropy_coef = 0.01 needs per-unit entropies")
     assert problem("algorithm.entropy_coef=0.01") is None
     assert problem("algorithm.entropy_coef=0.01", "rollout.backend=vllm") is None  # the learner's own forward has them
+
+
+def test_a_producer_option_for_a_combiner_without_that_input_is_refused():
+    # validation_prompts / grad_* are read by the trainer's producers, so check_options let them through for any combiner
+    msg = problem("reward_combiner.options={validation_prompts: 8}")
+    assert msg.startswith("reward_combiner.options.validation_prompts sets the producer of 'validation', which combiner 'fixed'")
+    assert "grad_micro_batches" in problem("reward_combiner.name=normalize_sum", "reward_combiner.options={grad_micro_batches: 2}")
+    assert problem("reward_combiner.name=mirror_descent", "reward_combiner.options={grad_micro_batches: 2}") is None

@@ -46,7 +46,25 @@ def method_problem(cfg: Config) -> Optional[str]:
         problem = check(cfg.algorithm)
         if problem is not None:
             return problem
-    return _unread_input_problem(cfg) or _cancelled_combiner_problem(cfg)
+    return _unread_input_problem(cfg) or _cancelled_combiner_problem(cfg) or _trainer_option_problem(cfg)
+
+
+# reward_combiner.options keys read by the trainer's producer of an input, not by the combiner
+PRODUCER_OPTIONS = {"grad_param_pattern": "objective_grads", "grad_micro_batches": "objective_grads", "validation_prompts": "validation"}
+
+
+def _trainer_option_problem(cfg: Config) -> Optional[str]:
+    """A producer option (``validation_prompts``, ``grad_*``) for a combiner that does not declare that producer's input."""
+    from grpokit.registries import get_registry
+
+    name = cfg.reward_combiner.name
+    inputs = get_registry("combiner").spec(name).inputs
+    for key, needed in PRODUCER_OPTIONS.items():
+        if key in cfg.reward_combiner.options and needed not in inputs:
+            users = [n for n in get_registry("combiner").names() if needed in get_registry("combiner").spec(n).inputs]
+            return (f"reward_combiner.options.{key} sets the producer of '{needed}', which combiner '{name}' does not read: "
+                    f"remove it, or use {' / '.join(users)}")
+    return None
 
 
 def _cancelled_combiner_problem(cfg: Config) -> Optional[str]:
