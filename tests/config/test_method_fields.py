@@ -134,3 +134,10 @@ def test_a_producer_option_for_a_combiner_without_that_input_is_refused():
     assert msg.startswith("reward_combiner.options.validation_prompts sets the producer of 'validation', which combiner 'fixed'")
     assert "grad_micro_batches" in problem("reward_combiner.name=normalize_sum", "reward_combiner.options={grad_micro_batches: 2}")
     assert problem("reward_combiner.name=mirror_descent", "reward_combiner.options={grad_micro_batches: 2}") is None
+
+
+def test_a_combiner_std_option_without_z_scores_is_refused():
+    base = ("reward_combiner.name=mirror_descent",)
+    msg = problem(*base, "reward_combiner.options={std_eps: 1e-3}")
+    assert msg.startswith("reward_combiner.options.std_eps is read by reward_combiner.name 'mirror_descent' only when normalize")
+    assert problem(*base, "reward_combiner.options={std_eps: 1e-3, normalize: true}") is None

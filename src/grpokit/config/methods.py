@@ -41,12 +41,12 @@ CONTEXT_FIELDS = {
 
 def method_problem(cfg: Config) -> Optional[str]:
     """The first field of ``cfg.algorithm`` that its chosen methods would ignore or misread, as one line; None if none."""
-    for check in (_kl_problem, _ratio_problem, _aggregation_problem, _context_problem, _switched_off_option, _entropy_band_problem,
+    for check in (_kl_problem, _ratio_problem, _aggregation_problem, _context_problem, _entropy_band_problem,
                   _sampling_rounds_problem, _auto_correction_problem):
         problem = check(cfg.algorithm)
         if problem is not None:
             return problem
-    return _unread_input_problem(cfg) or _cancelled_combiner_problem(cfg) or _trainer_option_problem(cfg)
+    return _switched_off_option(cfg) or _unread_input_problem(cfg) or _cancelled_combiner_problem(cfg) or _trainer_option_problem(cfg)
 
 
 # reward_combiner.options keys read by the trainer's producer of an input, not by the combiner
@@ -186,18 +186,20 @@ def _context_problem(a: AlgorithmConfig) -> Optional[str]:
     return None
 
 
-def _switched_off_option(a: AlgorithmConfig) -> Optional[str]:
+def _switched_off_option(cfg: Config) -> Optional[str]:
     """A key of an option bag that the method's ``reads_if`` switches off under the run's other values."""
     from grpokit.registries import get_registry
 
-    bags = {"loss": (a.loss, a.loss_options, "algorithm.loss_options"),
-            "advantage": (a.advantage, a.advantage_options, "algorithm.advantage_options")}
-    for axis, (name, options, where) in bags.items():
+    a, c = cfg.algorithm, cfg.reward_combiner
+    bags = {"loss": (a.loss, a.loss_options, "algorithm.loss_options", "algorithm.loss"),
+            "advantage": (a.advantage, a.advantage_options, "algorithm.advantage_options", "algorithm.advantage"),
+            "combiner": (c.name, c.options, "reward_combiner.options", "reward_combiner.name")}
+    for axis, (name, options, where, field) in bags.items():
         values = {**options, **{k: getattr(a, f) for f, (ax, k) in CONTEXT_FIELDS.items() if ax == axis}}
         off = sorted(set(options) & get_registry(axis).switched_off(name, values))
         if off:
             switch, on = get_registry(axis).spec(name).props["reads_if"][off[0]]
-            return (f"{where}.{off[0]} is read by algorithm.{axis} '{name}' only when {switch} is one of {list(on)} "
+            return (f"{where}.{off[0]} is read by {field} '{name}' only when {switch} is one of {list(on)} "
                     f"(it is {values.get(switch, 'its default')!r}): remove it or set {where}.{switch}")
     return None
 

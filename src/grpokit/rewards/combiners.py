@@ -32,7 +32,8 @@ COMBINERS = Registry(
     # make_state: a state factory (the trainer creates, passes and checkpoints the state);
     # step_scale: what the combiner adds is one number per step multiplying every reward, which an
     #   advantage that divides by a reward std cancels (the run refuses that pairing at load)
-    properties={"make_state": None, "step_scale": False},
+    # reads_if: {option: (switch, values)}, see Registry.context_taken
+    properties={"make_state": None, "step_scale": False, "reads_if": None},
     context=("weights", "state", "objective_grads", "validation", "lr"),
 )
 
@@ -194,7 +195,10 @@ class HypervolumeState:
         self.multiplier, self.delta_hv = float(state["multiplier"]), float(state["delta_hv"])
 
 
-@COMBINERS.register("hypervolume", inputs=("validation",), make_state=HypervolumeState, step_scale=True)
+_Z_SCORES_ONLY = {"std_mode": ("normalize", (True,)), "std_eps": ("normalize", (True,))}  # std options of normalize=True
+
+
+@COMBINERS.register("hypervolume", inputs=("validation",), make_state=HypervolumeState, step_scale=True, reads_if=_Z_SCORES_ONLY)
 def hypervolume_combiner(
     scores, group_ids, *, weights, state: Optional[HypervolumeState] = None, validation=None, maximize=None,
     normalize: bool = False, std_mode: str = "unbiased", std_eps: float = 1e-6,
@@ -262,7 +266,7 @@ def gradient_influence(objective_grads: torch.Tensor) -> torch.Tensor:
     return g @ g.sum(0)
 
 
-@COMBINERS.register("mirror_descent", inputs=("objective_grads",), make_state=MirrorDescentState)
+@COMBINERS.register("mirror_descent", inputs=("objective_grads",), make_state=MirrorDescentState, reads_if=_Z_SCORES_ONLY)
 def mirror_descent(
     scores, group_ids, *, weights, state: Optional[MirrorDescentState] = None, objective_grads=None, influence=None,
     lr: float = 1e-6, rho: float = 1e-5, accumulation_steps: int = 1, normalize: bool = False,
