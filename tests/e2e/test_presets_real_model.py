@@ -99,6 +99,8 @@ EXTRA = {  # presets whose mechanism needs more than one update to show
     "espo": ["rollout.max_new_tokens=8"], "diffu_grpo": ["rollout.max_new_tokens=8"], "mask_grpo": ["rollout.max_new_tokens=8"],
     "co_grpo": ["rollout.max_new_tokens=64"],  # the 64 image tokens
     "papo": ["data.task_options={kinds: [colour]}"],  # the questions the noisy prior answers by looking
+    # two-digit products: the majority answer is often wrong, so the majority-vote reward is not the accuracy
+    "ttrl": ['data.task_options={operators: ["*"], digits: 2, nonnegative: true}'],
     "grpo": ["train.steps=2"],  # the KL to the reference is 0 until the policy has moved
     "sql": ["rollout.max_new_tokens=96"],  # room for a ```sql block
     # supervised presets: the third step's loss after two updates, against the same batch untrained
