@@ -141,3 +141,10 @@ def test_a_combiner_std_option_without_z_scores_is_refused():
     msg = problem(*base, "reward_combiner.options={std_eps: 1e-3}")
     assert msg.startswith("reward_combiner.options.std_eps is read by reward_combiner.name 'mirror_descent' only when normalize")
     assert problem(*base, "reward_combiner.options={std_eps: 1e-3, normalize: true}") is None
+
+
+@pytest.mark.parametrize("loss", ["disco", "disco_b", "reg_grpo"])
+def test_token_weights_on_a_sequence_level_loss_are_refused(loss):
+    msg = problem(f"algorithm.loss={loss}", "algorithm.token_weights=lambda_grpo")
+    assert msg.startswith("algorithm.token_weights 'lambda_grpo' weights tokens, but algorithm.loss")
+    assert problem("algorithm.token_weights=lambda_grpo") is None  # ppo_clip: per-token terms

@@ -119,7 +119,9 @@ def _disco(
     return loss, metrics
 
 
-@POLICY_LOSSES.register("disco", inputs=("group_ids",), optional=("constraint_kl",), groupwise=True, aggregations=("seq_mean_token_mean",))
+@POLICY_LOSSES.register(
+    "disco", inputs=("group_ids",), optional=("constraint_kl",), groupwise=True, aggregations=("seq_mean_token_mean",), token_level=False,
+)
 def disco_loss(
     inp: LossInputs,
     *,
@@ -143,7 +145,9 @@ def disco_loss(
     return _disco(inp, score=score, tau=tau, num_seqs=num_seqs, num_tokens=num_tokens, **opts)
 
 
-@POLICY_LOSSES.register("disco_b", inputs=("group_ids",), optional=("constraint_kl",), groupwise=True, aggregations=("seq_mean_token_mean",))
+@POLICY_LOSSES.register(
+    "disco_b", inputs=("group_ids",), optional=("constraint_kl",), groupwise=True, aggregations=("seq_mean_token_mean",), token_level=False,
+)
 def disco_b_loss(
     inp: LossInputs,
     *,

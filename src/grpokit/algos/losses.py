@@ -28,10 +28,12 @@ POLICY_LOSSES = Registry(
     #   aggregations apply (CISPO's ratio is a detached weight)
     # aggregations: the aggregations its per-token values are built for (None: any)
     # kl_aggregation: an aggregation of its own for the beta * KL term (None: the run's aggregation)
+    # token_level: its per-token values are per-token terms (False: one sequence / question value
+    #   broadcast to every token, which token weights would only rescale)
     # reads_if: {context or option key: (switch, values)}: the key is read only while the option / context
     #   ``switch`` is one of ``values`` (see Registry.context_taken)
     properties={"groupwise": False, "zero_advantage_zero_gradient": False, "option_schedule": None,
-                "ratios": ("token",), "ratio_gradient": True, "aggregations": None, "kl_aggregation": None,
+                "ratios": ("token",), "ratio_gradient": True, "aggregations": None, "kl_aggregation": None, "token_level": True,
                 "reads_if": None},
     # context: offered by the objective to every loss that names them, never user options;
     # num_seqs / num_tokens: the optimizer batch's totals (for a loss with a batch-level term)

@@ -10,7 +10,7 @@ from grpokit.algos.losses import POLICY_LOSSES, LossInputs
 Metrics = dict[str, torch.Tensor]
 
 
-@POLICY_LOSSES.register("reg_grpo", inputs=("group_ids",), groupwise=True, aggregations=("seq_mean_token_mean",))
+@POLICY_LOSSES.register("reg_grpo", inputs=("group_ids",), groupwise=True, aggregations=("seq_mean_token_mean",), token_level=False)
 def reg_grpo_loss(
     inp: LossInputs,
     *,

@@ -18,6 +18,8 @@ never from its name:
   are decoupled's; ``plan_delimiter`` / ``ref_sync_every`` need a method that reads the plan
   mask / the reference; ``entropy_coef`` / ``entropy_band_coef`` a policy whose forward gives
   entropies.
+* ``algorithm.token_weights`` other than 'all' for a loss declared ``token_level=False`` (one
+  sequence value broadcast to its tokens: DisCO, Reg-GRPO).
 * A combiner declared ``step_scale`` (one number per step times every reward) under an advantage
   that divides by a reward std, which cancels it.
 """
@@ -159,6 +161,9 @@ def _aggregation_problem(a: AlgorithmConfig) -> Optional[str]:
     if spec.aggregations is not None and a.aggregation not in spec.aggregations:
         return (f"algorithm.aggregation '{a.aggregation}' does not give algorithm.loss '{a.loss}' its objective "
                 f"(its per-token values are built for {' / '.join(spec.aggregations)}): set algorithm.aggregation={spec.aggregations[0]}")
+    if not spec.token_level and a.token_weights != "all":
+        return (f"algorithm.token_weights '{a.token_weights}' weights tokens, but algorithm.loss '{a.loss}' gives every token "
+                "of a sequence one sequence-level value (the weights would only rescale it): set algorithm.token_weights=all")
     needed = get_registry("ratio").spec(a.ratio).aggregations
     if spec.ratios is None and spec.ratio_gradient and needed is not None and a.aggregation not in needed:
         return (f"algorithm.ratio '{a.ratio}' gives algorithm.loss '{a.loss}' its sequence-level gradient only under "
