@@ -101,7 +101,8 @@ class Registry:
         Those its signature names (all of them for a ``**kwargs`` function), less those its
         registration's ``reads_if`` switches off: ``reads_if={key: (switch, on)}`` says the context
         or option ``key`` is read only while the option or context value ``switch`` (from ``values``,
-        else its signature default) is one of ``on`` (e.g. CISPO reads the clip range only with
+        else its signature default) is one of ``on``, or satisfies ``on`` when it is a predicate such
+        as :func:`is_set` (e.g. CISPO reads the clip range only with
         ``ppo_mask``; KDRL's ``kd_estimator`` only with ``kd_placement='loss'``).
         A config field whose context keyword is not taken has no effect on the run.
         """
@@ -117,7 +118,8 @@ class Registry:
         off = set()
         for key, (switch, on) in dict(spec.props.get("reads_if") or {}).items():
             default = params[switch].default if switch in params else None
-            if values.get(switch, default) not in on:
+            value = values.get(switch, default)
+            if not (on(value) if callable(on) else value in on):
                 off.add(key)
         return off
 
@@ -166,3 +168,13 @@ def call_with(fn: Callable[..., Any], *args: Any, context: Mapping[str, Any], op
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return fn(*args, **options, **context)
     return fn(*args, **options, **{k: v for k, v in context.items() if k in params})
+
+
+def is_set(value: Any) -> bool:
+    """set (not null)"""  # a ``reads_if`` predicate; its docstring is how the refusal names the condition
+    return value is not None
+
+
+def describe_switch(on: Any) -> str:
+    """How a refusal names a ``reads_if`` condition: 'one of [..]', or the predicate's docstring."""
+    return (on.__doc__ or "true").strip() if callable(on) else f"one of {list(on)}"

@@ -148,3 +148,14 @@ def test_token_weights_on_a_sequence_level_loss_are_refused(loss):
     msg = problem(f"algorithm.loss={loss}", "algorithm.token_weights=lambda_grpo")
     assert msg.startswith("algorithm.token_weights 'lambda_grpo' weights tokens, but algorithm.loss")
     assert problem("algorithm.token_weights=lambda_grpo") is None  # ppo_clip: per-token terms
+
+
+def test_kdrl_schedule_options_refuse_the_ones_it_overrides_or_ignores():
+    # beta_0 set: the schedule replaces kd_coef every step; beta_0 unset: beta_min / kappa shape nothing
+    msg = problem("algorithm.loss=kdrl", "algorithm.loss_options={beta_0: 0.01, kd_coef: 0.1}")
+    assert msg.startswith("algorithm.loss_options.kd_coef is read by algorithm.loss 'kdrl' only when beta_0 is one of [None]")
+    msg = problem("algorithm.loss=kdrl", "algorithm.loss_options={kappa: 0.001}")
+    assert msg.startswith("algorithm.loss_options.kappa is read by algorithm.loss 'kdrl' only when beta_0 is set (not null)")
+    assert problem("algorithm.loss=kdrl", "algorithm.loss_options={beta_0: 0.01, beta_min: 0.001, kappa: 0.001}") is None
+    assert problem("algorithm.loss=kdrl", "algorithm.loss_options={kd_coef: 0.1}") is None
+    assert problem(preset="kdrl") is None

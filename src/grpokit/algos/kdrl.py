@@ -10,6 +10,7 @@ import torch
 from grpokit.algos.groups import same_group
 from grpokit.algos.kl import KL_ESTIMATORS
 from grpokit.algos.losses import POLICY_LOSSES, LossInputs, masked_mean, ppo_clip_loss
+from grpokit.registry import is_set
 
 Metrics = dict[str, torch.Tensor]
 
@@ -52,10 +53,13 @@ def kdrl_option_schedule(step: int, *, beta_0: Optional[float] = None, beta_min:
 
 
 _IN_LOSS = ("kd_placement", ("loss",))  # kd_placement='reward' shapes the advantage with the detached k1 instead
+_SCHEDULED = ("beta_0", is_set)  # beta_min / kappa shape the schedule of beta_0, which then replaces kd_coef
+_READS_IF = {"kd_estimator": _IN_LOSS, "kd_full_denominator": _IN_LOSS, "beta_min": _SCHEDULED, "kappa": _SCHEDULED,
+             "kd_coef": ("beta_0", (None,))}
 
 
 @POLICY_LOSSES.register("kdrl", inputs=("teacher_logp", "rewards", "group_ids"), option_schedule=kdrl_option_schedule, ratios=None,
-                        reads_if={"kd_estimator": _IN_LOSS, "kd_full_denominator": _IN_LOSS})
+                        reads_if=_READS_IF)
 def kdrl_loss(
     inp: LossInputs,
     *,

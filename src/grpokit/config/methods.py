@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from grpokit.config.schema import AlgorithmConfig, Config
+from grpokit.registry import describe_switch
 
 # algorithm field -> (axis, the context keyword it is passed to that axis's method as)
 CONTEXT_FIELDS = {
@@ -185,7 +186,7 @@ def _context_problem(a: AlgorithmConfig) -> Optional[str]:
         if key in registry.context_taken(name, values):
             continue
         switch = dict(registry.spec(name).props.get("reads_if") or {}).get(key)
-        when = f" unless {switch[0]} is one of {list(switch[1])}" if switch else ""
+        when = f" unless {switch[0]} is {describe_switch(switch[1])}" if switch else ""
         return (f"algorithm.{field} = {getattr(a, field)!r} is not read by algorithm.{axis} '{name}'{when}: "
                 f"remove it, or choose an algorithm.{axis} that reads it")
     return None
@@ -204,7 +205,7 @@ def _switched_off_option(cfg: Config) -> Optional[str]:
         off = sorted(set(options) & get_registry(axis).switched_off(name, values))
         if off:
             switch, on = get_registry(axis).spec(name).props["reads_if"][off[0]]
-            return (f"{where}.{off[0]} is read by {field} '{name}' only when {switch} is one of {list(on)} "
+            return (f"{where}.{off[0]} is read by {field} '{name}' only when {switch} is {describe_switch(on)} "
                     f"(it is {values.get(switch, 'its default')!r}): remove it or set {where}.{switch}")
     return None
 
