@@ -121,9 +121,8 @@ def build(out: str | Path, *, seed: int = 0, steps: int = 3200, sizes: dict | No
     """A tiny Qwen2-VL at ``out``: built from its config, then noisy-prior pretrained; atomic."""
     from grpokit.vision.tiny_qwen2vl import save_tiny_qwen2vl
 
-    from grpokit.model.loading import atomic_folder
-
     from grpokit.model.fingerprint import record
+    from grpokit.model.loading import atomic_folder
 
     sizes = SIZES if sizes is None else sizes
     with atomic_folder(out) as tmp:
