@@ -36,6 +36,11 @@ def train_reward_models_the_preset_needs(preset):
                                 freeze_backbone=True, epochs=20, max_length=32)
 
 
+def nan_to_0(v):
+    """A reward column with no applicable row logs a NaN mean; the fixed combiner counts it as 0."""
+    return 0.0 if v != v else v
+
+
 CRPO_WEIGHTS = {"accuracy": 10.0, "format": 1.0, "language": 0.5, "faithfulness": 1.0, "comprehensiveness": 1.0}
 ETCON_WEIGHTS = {"format": 0.05, "correctness": 0.7, "cleanliness": 0.15, "consistency": 0.1}  # the ungated sum
 MECHANISM = {
@@ -64,7 +69,7 @@ MECHANISM = {
     "deepvideo_r1": [("reg/rho_std", lambda v: v > 0), ("curriculum/hint_refused", lambda v: v == 0),
                      ("vision/video_tokens", lambda v: v > 0)],  # the clips reached the model as video tokens
     "crpo": [("combiner/w0", lambda v: v == 10.0),  # the fixed weighted sum 10 r_acc + r_fmt + 0.5 r_lang + r_faith + r_comp
-             ("reward/mean", lambda v, m: abs(v - sum(w * m[f"reward/crpo_{k}/mean"] for k, w in CRPO_WEIGHTS.items())) < 1e-4)],
+             ("reward/mean", lambda v, m: abs(v - sum(w * nan_to_0(m[f"reward/crpo_{k}/mean"]) for k, w in CRPO_WEIGHTS.items())) < 1e-4)],
     # (the advantage clip at 5 cannot bind with G = 8: a z-score within 8 is at most 7 / sqrt(8) = 2.47)
     "pref_grpo": [("reward/win_rate/mean", lambda v: abs(v - 0.5) < 1e-4)],  # every comparison hands out one point
     # EtCon's format gate: a completion without <answer> \boxed{} </answer> scores 0, not the 0.15 its cleanliness
@@ -183,8 +188,9 @@ CONTRAST = {
     "intellect2": (["algorithm.entropy_coef=0"], [("loss", differs)]),
     # the entropy band penalises selected tokens outside the forks' 10th-50th entropy percentiles
     "spine": (["algorithm.entropy_band_coef=0"], [("loss", differs), ("grad_norm", differs)]),
-    # the self-verification tokens enter the loss with weight alpha = 0.2
-    "grpo_verif": (["algorithm.loss_options={alpha: 0.0}"], [("loss", differs), ("grad_norm", differs)]),
+    # the self-verification tokens enter the loss with weight alpha = 0.2 (one on-policy update: the loss value is
+    # -mean(A) ~ 0 either way, the gradient is not)
+    "grpo_verif": (["algorithm.loss_options={alpha: 0.0}"], [("grad_norm", differs)]),
     # per-domain difficulty clusters rescale the GRPO advantage
     "drpo": (["algorithm.advantage=grpo", "unset algorithm.advantage_options"], [("adv/abs_mean", differs)]),
     # the regression target A^theta (standardised log-ratios) is non-zero off-policy, in the second update
@@ -197,7 +203,7 @@ CONTRAST = {
     # DisCO's score-based DRO objective with its KL constraint instead of the clipped surrogate
     "disco": (["algorithm.loss=ppo_clip", "unset algorithm.loss_options"], [("loss", differs)]),
     # tokens shared by several completions of a group weigh 1 / (how many share the prefix)
-    "lambda_grpo": (["algorithm.token_weights=all"], [("loss", differs), ("grad_norm", differs)]),
+    "lambda_grpo": (["algorithm.token_weights=all"], [("grad_norm", differs)]),
     # the reverse-KL to the teacher on the incorrect responses
     "kdrl": (["algorithm.loss_options={kd_estimator: k2, kd_mask: response, beta_0: 0.0, beta_min: 0.0, kappa: 0.0}"],
              [("loss", differs)]),

