@@ -135,7 +135,7 @@ def build(out: str | Path, *, seed: int = 0, steps: int = 3200, sizes: dict | No
 
 def ensure_tiny_vlm(seed: int = 0) -> Path:
     """The embedded ``tiny-qwen2vl`` folder in the grpokit cache, built on first use in a child process with
-    the numerics pinned (:func:`grpokit.model.fingerprint.pinned_build`; about 15 CPU minutes)."""
+    the numerics pinned (:func:`grpokit.model.fingerprint.pinned_build`; 17 CPU minutes measured)."""
     from grpokit.model.fingerprint import pinned_build
     from grpokit.model.loading import cache_dir
 
