@@ -41,8 +41,19 @@ def locked() -> dict[str, str]:
 
 
 def installed() -> dict[str, str]:
-    """``{canonical name: version}`` of the distributions this interpreter imports from."""
-    return {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions() if d.metadata["Name"]}
+    """``{canonical name: version}`` of the distributions installed in this environment (under ``sys.prefix``).
+
+    A folder outside it that lands on ``sys.path`` while the suite runs (seen once: the base
+    interpreter's site-packages, with a colorama the lock does not hold) is not the install the
+    lock describes; the first distribution of a name on ``sys.path`` is the one counted, as import finds it.
+    """
+    prefix = os.path.realpath(sys.prefix)
+    out: dict[str, str] = {}
+    for d in metadata.distributions():
+        where = os.path.realpath(str(d.locate_file("")))
+        if d.metadata["Name"] and (where == prefix or where.startswith(prefix + os.sep)):
+            out.setdefault(canonicalize_name(d.metadata["Name"]), d.version)
+    return out
 
 
 def mismatches() -> list[str]:

@@ -26,3 +26,13 @@ def test_a_differing_lock_is_reported(tmp_path, monkeypatch):
     assert "no-such-package missing (lock 1.0)" in bad
     assert "transformers" in " ".join(b for b in bad if b.endswith("not in the lock"))  # not in this lock
     assert not any(b.startswith(("pytest ", "pip ", "grpokit ")) for b in bad)  # pytest matches; pip, grpokit exempt
+
+
+def test_a_distribution_outside_the_environment_is_not_counted(tmp_path, monkeypatch):
+    from lockcheck import installed
+
+    info = tmp_path / "colorama-0.4.6.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: colorama\nVersion: 0.4.6\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # a folder outside sys.prefix on sys.path, as a test may leave one
+    assert "colorama" not in installed() and "torch" in installed()
