@@ -199,7 +199,7 @@ CONTRAST = {
     "reg_grpo": (["algorithm.num_iterations=1"], [("reg/sq_err", differs)]),
     # a win rate always averages 0.5; the pointwise judge's mean is the accuracy
     "pref_grpo": (['rewards=[{name: answer_match, weight: 1.0}]'], [("reward/mean", differs)]),
-    "pref_grpo_image": (['rewards=[{name: colour_fraction, weight: 1.0}]'], [("adv/abs_mean", differs), ("loss", differs)]),
+    "pref_grpo_image": (['rewards=[{name: colour_fraction, weight: 1.0}]'], [("adv/abs_mean", differs), ("grad_norm", differs)]),
     # the majority answer as pseudo-label instead of the true answer
     "ttrl": (['rewards=[{name: answer_match, weight: 1.0}]'], [("reward/mean", differs)]),
     # DisCO's score-based DRO objective with its KL constraint instead of the clipped surrogate
