@@ -231,9 +231,8 @@ CONTRAST = {
     "sql_cot_sft": (["optim.lr=1.0e-12"], [("loss", lower)]),
     # the calculator's results come back as observation tokens between the turns (one turn: never)
     "tool_use": (["environment.max_turns=1"], [("env/observation_tokens", positive_where_off_has_none)]),
-    # early stopping ends episodes whose executed steps pass the budget (off: they wander on)
-    "activevln": (["environment.options={success_distance: 3.0, r_base: 15.0, tol: 2.0, n_max: 120, early_stopping: false}"],
-                  [("env/pruned", positive_where_off_has_none)]),
+    # (activevln has none: after 3 imitation steps every first turn is malformed, env/malformed = 1, so early stopping
+    # never acts in one step; measured env/pruned 0 with and without it. Its MECHANISM check is the step budget.)
     # GRPO from the CoT-SFT run's weights: its samples' entropy is not the base model's
     "sql_after_cot": (["model.name=smollm2-135m-instruct"], [("rollout/entropy", differs)]),
 }
