@@ -4,11 +4,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
-from lockcheck import header  # noqa: E402
+from lockcheck import header, snapshot  # noqa: E402
 
 # Tiny models gain nothing from intra-op threads, and two spinning OpenMP threads on a
 # 2-core machine that is also running something else make every matmul 100x slower.
 torch.set_num_threads(1)
+
+
+def pytest_configure(config):
+    snapshot()  # the install as the session begins, which tests/test_install_lock.py judges
 
 
 def pytest_report_header(config):
