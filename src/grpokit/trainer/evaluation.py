@@ -56,9 +56,7 @@ def _correct(backend, rows, prompt_texts, judge, batch_size: int, k: int, params
     The episode means are the ``env/*`` metrics of environment episodes averaged over all of
     them ({} for single-turn completions).
     """
-    from grpokit.envs.episodes import episode_metrics
-
-    from grpokit.envs.episodes import EpisodeBackend
+    from grpokit.envs.episodes import EpisodeBackend, episode_metrics
 
     correct, lengths, sums, count = [], [], {}, 0
     for s in range(0, len(rows), batch_size):
