@@ -42,7 +42,7 @@ from grpokit.rollout.types import SamplingParams  # noqa: E402
 
 def heldout_stats(trainer) -> dict:
     """Of the held-out rows' ODE images (each row's fixed noise seed): mean colour_fraction, brightness (mean pixel) and lit fraction."""
-    from grpokit.diffusion.flow.rewards import colour_fraction
+    from grpokit.families.flow_matching.rewards import colour_fraction
 
     rows = trainer.splits.heldout
     batch = trainer.policy.sample([r["prompt"] for r in rows], rows, 1, SamplingParams(greedy=True))
@@ -74,7 +74,7 @@ def reward_specs(bias: float, noise: float, margin: float) -> dict[str, str]:
     return {"pointwise": f"rewards=[{{name: tiny_score, weight: 1.0, kwargs: {{scale: 0.01, {hidden}}}}}, {{name: colour_fraction, weight: 0.0}}]",
             "unbiased": ("rewards=[{name: tiny_score, weight: 1.0, kwargs: {scale: 0.01, brightness: 0.0, noise: 0.0}}, "
                          "{name: colour_fraction, weight: 0.0}]"),
-            "win_rate": (f"rewards=[{{name: win_rate, weight: 1.0, kwargs: {{prefer: 'grpokit.diffusion.flow.rewards:image_judge', "
+            "win_rate": (f"rewards=[{{name: win_rate, weight: 1.0, kwargs: {{prefer: 'grpokit.families.flow_matching.rewards:image_judge', "
                          f"tie_margin: {margin}, {hidden}}}}}, {{name: colour_fraction, weight: 0.0}}]")}
 
 
@@ -85,7 +85,7 @@ def advantage_probe(policy, rows: list[dict], bias: float, noise: float, margin:
     (pointwise) and r = the image judge's win rate (tie margin ``margin``), on the same images and
     the same hidden score (colour fraction + ``bias`` · brightness + noise).
     """
-    from grpokit.diffusion.flow.rewards import colour_fraction, tiny_score
+    from grpokit.families.flow_matching.rewards import colour_fraction, tiny_score
     from grpokit.rewards import resolve_reward
 
     batch = policy.sample([r["prompt"] for r in rows], rows, group, SamplingParams())
@@ -94,7 +94,7 @@ def advantage_probe(policy, rows: list[dict], bias: float, noise: float, margin:
     cf = torch.tensor(colour_fraction(batch.prompts, batch.completions, colour=colours)).view(-1, group)
     point = torch.tensor(tiny_score(batch.prompts, batch.completions, colour=colours, scale=0.01, noise=noise, brightness=bias)).view(-1, group)
     win = torch.tensor(resolve_reward("win_rate")(batch.prompts, batch.completions, group_ids=gids, colour=colours, noise=noise, brightness=bias,
-                                                  prefer="grpokit.diffusion.flow.rewards:image_judge", tie_margin=margin)).view(-1, group)
+                                                  prefer="grpokit.families.flow_matching.rewards:image_judge", tie_margin=margin)).view(-1, group)
     norm = lambda r: (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-8)  # noqa: E731
     close = (cf[:, :, None] - cf[:, None, :]).abs() < 0.02  # [groups, G, G] pairs the judge sees as equal
     close &= ~torch.eye(group, dtype=torch.bool)[None]
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     common: list[str] = []
     if a.dry_run:
-        from grpokit.diffusion.flow.pretrain import build
+        from grpokit.families.flow_matching.pretrain import build
 
         folder = build(out / "tiny-random", steps=0, channels=(8, 16))
         common = [f"model.name={folder}", "data.n_heldout=12", "rollout.prompts_per_step=2", "rollout.group_size=4", "flow.eval_steps=4",
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         flow = run("flow_grpo", out / "flow_grpo", common + steps)
         print(f"| flow_grpo | held-out colour_fraction {flow['before']:.3f} -> {flow['after']:.3f} | {flow['minutes']:.1f} min, "
               f"{len(flow['steps'])} steps |")
-    from grpokit.diffusion.flow.procedural import flow_images
+    from grpokit.families.flow_matching.procedural import flow_images
     from grpokit.trainer.loop import Trainer
 
     sampler = FLOW_GRPO_SAMPLER if a.sampler == "flow_grpo" else AUTHORS_SAMPLER

@@ -4,7 +4,7 @@
     flock /tmp/grpokit-heavy.lock python benchmarks/mdm.py --minutes 8          # tiny-mdm (built on first use)
     python benchmarks/mdm.py --dry-run                                            # random tiny MDM, seconds
 
-Each method starts from the same tiny-mdm (``grpokit.diffusion.pretrain``: LLaDA SFT on
+Each method starts from the same tiny-mdm (``grpokit.families.masked_diffusion.pretrain``: LLaDA SFT on
 noisy-prior data, right about half the time) and trains with its preset (``espo``,
 ``diffu_grpo``, ``mask_grpo``) on ``--task`` for ``--minutes`` of training wall clock, fixed seeds,
 one torch thread. Held-out success = greedy exact match (``answer_word``) on the task's 256
@@ -47,8 +47,8 @@ def cogrpo(model: str, out: Path, sets: list[str], minutes: float, samples: int 
     import torch
 
     from grpokit.config import load_config
-    from grpokit.diffusion.cogrpo import Schedule
-    from grpokit.diffusion.palette import palette_exact, palette_match
+    from grpokit.families.palette.cogrpo import Schedule
+    from grpokit.families.palette.images import palette_exact, palette_match
     from grpokit.rollout.types import SamplingParams
     from grpokit.trainer.loop import Trainer
 
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             f"train.max_minutes={a.minutes}", "logging.checkpoint_every=0", "model.threads=1", *a.set]
     model = a.model
     if a.dry_run:
-        from grpokit.diffusion.model import MDMTokenizer, build_mdm, save_mdm
+        from grpokit.families.masked_diffusion.model import MDMTokenizer, build_mdm, save_mdm
 
         tok = MDMTokenizer()
         model = str(save_mdm(build_mdm(len(tok), hidden=16, layers=1, heads=2), tok, out / "tiny"))
@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         palette = "tiny-palette-mdm"
         psets = sets[:2] + ["logging.checkpoint_every=0", f"train.seed={a.seed}", *a.cogrpo_set]
         if a.dry_run:
-            from grpokit.diffusion.model import save_mdm
-            from grpokit.diffusion.palette import PaletteTokenizer, build_palette_predictor
+            from grpokit.families.masked_diffusion.model import save_mdm
+            from grpokit.families.palette.images import PaletteTokenizer, build_palette_predictor
 
             palette = str(save_mdm(build_palette_predictor(hidden=16, layers=1), PaletteTokenizer(), out / "tiny_palette"))
             psets += ["data.n_train=8", "data.n_heldout=4", "rollout.prompts_per_step=2", "rollout.group_size=2",

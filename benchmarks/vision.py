@@ -15,7 +15,7 @@
   plain GRPO on the 4-frame clips, ``--video-minutes`` each.
 
 Every run starts from the embedded ``tiny-qwen2vl`` (noisy prior, built on first use) or ``--model``: a
-folder from ``python -m grpokit.vision.pretrain --out DIR --seed S``, to measure the spread over build
+folder from ``python -m grpokit.families.vision_lm.pretrain --out DIR --seed S``, to measure the spread over build
 seeds (the run's log names the model's fingerprint, :mod:`grpokit.model.fingerprint`). The last
 stdout line is ``grpo_before=… grpo_after=… papo_mean=… grpo_mean=… video_before=… video_after=…``.
 """
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--model", default=None,
                    help="model.name of every run (default: the preset's embedded tiny-qwen2vl); e.g. a folder built "
-                        "with another build seed by `python -m grpokit.vision.pretrain --out DIR --seed S`")
+                        "with another build seed by `python -m grpokit.families.vision_lm.pretrain --out DIR --seed S`")
     p.add_argument("--out", default=None)
     p.add_argument("--efficacy", default=str(ROOT / "docs" / "efficacy.md"))
     p.add_argument("--dry-run", action="store_true")
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     studies = a.only or ["grpo", "papo", "video"]
     common = ["logging.progress=false"] + ([f"model.name={a.model}"] if a.model else [])
     if a.dry_run:
-        from grpokit.vision.tiny_qwen2vl import save_tiny_qwen2vl
+        from grpokit.families.vision_lm.tiny_qwen2vl import save_tiny_qwen2vl
 
         common += [f"model.name={save_tiny_qwen2vl(out / 'tiny')}", "data.n_train=8", "data.n_heldout=4",
                    "rollout.prompts_per_step=2", "rollout.group_size=2", "train.steps=1"]

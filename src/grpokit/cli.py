@@ -163,11 +163,11 @@ def _load_for_eval(source: str, dtype: str):
 
 # Policy families: which model.name selects each, and its module (docs/policies.md).
 POLICY_FAMILIES = {
-    "causal_lm": ("grpokit.policies.causal_lm", "text causal LM, units = tokens: the embedded SmolLM2, a model folder or .gguf"),
-    "vision_lm": ("grpokit.policies.vision_lm", "Qwen2-VL, units = tokens conditioned on images / video: tiny-qwen2vl or a Qwen2-VL folder"),
-    "masked_diffusion": ("grpokit.policies.masked_diffusion", "masked-diffusion LM (LLaDA sampler), units by diffusion.likelihood: "
+    "causal_lm": ("grpokit.families.causal_lm.policy", "text causal LM, units = tokens: the embedded SmolLM2, a model folder or .gguf"),
+    "vision_lm": ("grpokit.families.vision_lm.policy", "Qwen2-VL, units = tokens conditioned on images / video: tiny-qwen2vl or a Qwen2-VL folder"),
+    "masked_diffusion": ("grpokit.families.masked_diffusion.policy", "masked-diffusion LM (LLaDA sampler), units by diffusion.likelihood: "
                          "stand_in tokens (d1), espo_elbo sequence (ESPO), mask_grpo_step steps: tiny-mdm or an MDM folder"),
-    "masked_diffusion_image": ("grpokit.diffusion.cogrpo_policy", "Co-GRPO: 8x8 palette image tokens + a learned inference "
+    "masked_diffusion_image": ("grpokit.families.palette.policy", "Co-GRPO: 8x8 palette image tokens + a learned inference "
                                "schedule, units = MaskGIT steps and schedule actions: tiny-palette-mdm"),
 }
 

@@ -24,7 +24,7 @@ _LOCATIONS = {
     "demonstration": ("grpokit.data.demonstrations", "DEMONSTRATIONS"),
     "environment": ("grpokit.envs", "ENVIRONMENTS"),
     "tool": ("grpokit.envs.tools", "TOOLS"),
-    "likelihood": ("grpokit.diffusion.likelihoods", "LIKELIHOODS"),
+    "likelihood": ("grpokit.families.masked_diffusion.likelihoods", "LIKELIHOODS"),
 }
 AXES = tuple(_LOCATIONS)
 

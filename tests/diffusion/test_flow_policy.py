@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from grpokit.config.loading import load_config
-from grpokit.diffusion.flow.model import TinyFlowModel, guided_velocity, unet_config
-from grpokit.diffusion.flow.procedural import NUM_CLASSES, flow_images
-from grpokit.policies.flow_matching import FlowMatchingPolicy, FlowSettings
+from grpokit.families.flow_matching.model import TinyFlowModel, guided_velocity, unet_config
+from grpokit.families.flow_matching.procedural import NUM_CLASSES, flow_images
+from grpokit.families.flow_matching.policy import FlowMatchingPolicy, FlowSettings
 from grpokit.rollout.types import SamplingParams
 from grpokit.trainer.inputs import RunContractError, check_run
 
@@ -93,7 +93,7 @@ def test_a_policy_gradient_step_raises_the_logprob_of_positive_advantage_steps()
 
 
 def _cfg(tmp_path, *overrides):
-    from grpokit.diffusion.flow.pretrain import build
+    from grpokit.families.flow_matching.pretrain import build
 
     folder = build(tmp_path / "flow", steps=0, channels=(8, 16))
     return load_config(preset="flow_grpo", overrides=[f"model.name={folder}", *overrides])

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from grpokit.algos.advantages import ADVANTAGES
-from grpokit.diffusion.flow.procedural import class_id, draw_image, flow_images, noisy_prior_batch
-from grpokit.diffusion.flow.rewards import GeneratedImage, components, image_embed, image_judge
+from grpokit.families.flow_matching.procedural import class_id, draw_image, flow_images, noisy_prior_batch
+from grpokit.families.flow_matching.rewards import GeneratedImage, components, image_embed, image_judge
 from grpokit.rewards import resolve_reward
 
 RED, BLUE = (1.0, 0.0, 0.0), (0.0, 0.0, 1.0)
@@ -68,7 +68,7 @@ def test_brightness_bias_enters_the_pointwise_score_and_the_judge_alike():
 
 def test_win_rate_with_the_image_judge_strict_order_and_illusory_advantage():
     win_rate = resolve_reward("win_rate")
-    judge = "grpokit.diffusion.flow.rewards:image_judge"
+    judge = "grpokit.families.flow_matching.rewards:image_judge"
     # red fractions 1, 3/4, 1/2, 1/4 -> strict order -> w = (1, 2/3, 1/3, 0)
     group = [img({(0, c): RED for c in range(4 - k)} | {(3, c): BLUE for c in range(k)}) for k in range(4)]
     w = win_rate([""] * 4, group, group_ids=[0] * 4, prefer=judge, tie_margin=0.05, colour=["red"] * 4)
@@ -89,7 +89,7 @@ def test_win_rate_with_the_image_judge_strict_order_and_illusory_advantage():
 def test_dpp_over_image_embeddings_rewards_the_different_image():
     dpp = resolve_reward("dpp")
     a, b = img({(0, 0): RED}), img({(3, 3): BLUE, (2, 2): BLUE})
-    kwargs = dict(embed="grpokit.diffusion.flow.rewards:image_embed", reference="group", lambda_div=1.0, lambda_rel=0.0)
+    kwargs = dict(embed="grpokit.families.flow_matching.rewards:image_embed", reference="group", lambda_div=1.0, lambda_rel=0.0)
     twins = dpp(["", ""], [a, a], group_ids=[0, 0], **kwargs)
     assert twins == pytest.approx([math.log(1.5)] * 2, abs=1e-6)  # an exact duplicate of R = {g}: log(2 − 1/2)
     mixed = dpp([""] * 3, [a, a, b], group_ids=[0, 0, 0], **kwargs)

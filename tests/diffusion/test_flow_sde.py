@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from grpokit.diffusion.flow.sde import (
+from grpokit.families.flow_matching.sde import (
     diffusion_coefficient, flow_sigmas, sample_sde, sde_step_stats, step_kl, step_logprob, trained_steps,
 )
 

@@ -10,12 +10,12 @@ import torch
 from grpokit.algos.espo import kl_seq_k2
 from grpokit.algos.losses import LossInputs
 from grpokit.algos.ratios import sequence_ratio
-from grpokit.diffusion.likelihoods import (
+from grpokit.families.masked_diffusion.likelihoods import (
     CanvasInputs, coupled_elbo_terms, espo_elbo_logp, llada_sft_loss, mask_grpo_step_logp, masked_prompts, stand_in_logp,
     step_canvases, through_first_eos,
 )
-from grpokit.diffusion.model import MDMTokenizer, build_mdm, mdm_logits
-from grpokit.diffusion.sampler import SamplerOptions, commit_top, generate, transfer_schedule
+from grpokit.families.masked_diffusion.model import MDMTokenizer, build_mdm, mdm_logits
+from grpokit.families.masked_diffusion.sampler import SamplerOptions, commit_top, generate, transfer_schedule
 
 TOK = MDMTokenizer()
 V = len(TOK)
@@ -40,7 +40,7 @@ def logits_fn(model):
 
 
 def prompt(texts):
-    from grpokit.diffusion.pretrain import encode_rows
+    from grpokit.families.masked_diffusion.pretrain import encode_rows
 
     ids, mask, _ = encode_rows(TOK, texts, None, 0)
     return ids, mask

@@ -9,11 +9,11 @@ from grpokit.algos.aggregation import AGGREGATIONS
 from grpokit.algos.losses import LossInputs, ppo_clip_loss
 from grpokit.algos.objective import grpo_objective
 from grpokit.config import load_config
-from grpokit.diffusion.cogrpo import KNOBS, CoGRPOModel, Schedule, cosine_keep, sample_images
-from grpokit.diffusion.cogrpo_policy import CoGRPOPolicy
-from grpokit.diffusion.likelihoods import CanvasInputs, mask_grpo_step_logp
-from grpokit.diffusion.model import save_mdm
-from grpokit.diffusion.palette import PaletteTokenizer, build_palette_predictor, palette_exact, palette_match, pattern, predictor_logits
+from grpokit.families.palette.cogrpo import KNOBS, CoGRPOModel, Schedule, cosine_keep, sample_images
+from grpokit.families.palette.policy import CoGRPOPolicy
+from grpokit.families.masked_diffusion.likelihoods import CanvasInputs, mask_grpo_step_logp
+from grpokit.families.masked_diffusion.model import save_mdm
+from grpokit.families.palette.images import PaletteTokenizer, build_palette_predictor, palette_exact, palette_match, pattern, predictor_logits
 from grpokit.rollout.types import SamplingParams
 
 TOK = PaletteTokenizer()

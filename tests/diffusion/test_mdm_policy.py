@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from grpokit.config import load_config
-from grpokit.diffusion.model import MDMTokenizer, build_mdm, save_mdm
+from grpokit.families.masked_diffusion.model import MDMTokenizer, build_mdm, save_mdm
 from grpokit.rollout.types import SamplingParams
 from grpokit.trainer.inputs import RunContractError, check_run
 from grpokit.trainer.learner import micro_batches
@@ -100,7 +100,7 @@ def test_text_lm_only_methods_fail_at_load_naming_the_capability(tmp_path, mdm_d
 
 
 def test_a_run_folder_loads_back_as_a_masked_diffusion_policy(tmp_path, mdm_dir):
-    from grpokit.diffusion.checks import is_mdm_model
+    from grpokit.families.masked_diffusion.checks import is_mdm_model
 
     tr = trainer(tmp_path, mdm_dir, "mask_grpo", "train.steps=1")
     tr.train()

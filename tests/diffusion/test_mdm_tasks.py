@@ -3,7 +3,7 @@
 import pytest
 
 from grpokit.data.tasks import TASKS
-from grpokit.diffusion.model import MDMTokenizer
+from grpokit.families.masked_diffusion.model import MDMTokenizer
 from grpokit.rewards.builtin import answer_word, countdown_equation
 
 TOK = MDMTokenizer()

@@ -11,7 +11,7 @@ from grpokit.envs.base import ENVIRONMENTS, environment_factory
 from grpokit.envs.episodes import EpisodeBackend, episode_metrics
 from grpokit.envs.pool import EnvironmentFailure
 from grpokit.envs.templates import TurnTemplate
-from grpokit.policies.causal_lm import CausalLMPolicy
+from grpokit.families.causal_lm.policy import CausalLMPolicy
 from grpokit.rollout.hf import HFBackend
 from grpokit.rollout.types import SamplingParams
 from grpokit.testing import tiny_model_and_tokenizer

@@ -34,7 +34,7 @@ def test_pinned_env_sets_the_pins_and_drops_the_mkl_shim():
 
 
 def test_vision_builds_same_seed_same_fingerprint_other_seed_another(tmp_path):
-    from grpokit.vision.pretrain import build
+    from grpokit.families.vision_lm.pretrain import build
 
     entries = [fp.read(build(tmp_path / name, seed=seed, **TINY)) for name, seed in (("a", 0), ("b", 0), ("c", 1))]
     assert entries[0]["fingerprint"] == entries[1]["fingerprint"] != entries[2]["fingerprint"]
@@ -46,8 +46,8 @@ def test_vision_builds_same_seed_same_fingerprint_other_seed_another(tmp_path):
 
 
 def test_loader_logs_the_fingerprint(tmp_path, caplog):
-    from grpokit.vision.loading import load_vision_model
-    from grpokit.vision.pretrain import build
+    from grpokit.families.vision_lm.loading import load_vision_model
+    from grpokit.families.vision_lm.pretrain import build
 
     folder = build(tmp_path / "m", seed=3, **TINY)
     digest = fp.read(folder)["fingerprint"]
@@ -59,7 +59,7 @@ def test_loader_logs_the_fingerprint(tmp_path, caplog):
 
 
 def test_main_refuses_a_folder_whose_weights_changed(tmp_path):
-    from grpokit.vision.pretrain import build
+    from grpokit.families.vision_lm.pretrain import build
 
     folder = build(tmp_path / "m", seed=0, **TINY)
     entry = fp.read(folder)
@@ -71,7 +71,7 @@ def test_main_refuses_a_folder_whose_weights_changed(tmp_path):
 def test_pinned_build_runs_the_builder_in_a_pinned_child(tmp_path, monkeypatch, outer):
     for k, v in outer.items():
         monkeypatch.setenv(k, v)
-    folder = fp.pinned_build("grpokit.vision.pretrain:build", tmp_path / "m", seed=0, **TINY)
+    folder = fp.pinned_build("grpokit.families.vision_lm.pretrain:build", tmp_path / "m", seed=0, **TINY)
     build = fp.read(folder)["build"]
     # the child saw the pins, whatever the parent's environment: ATen ran its DEFAULT (non-vectorised) kernels
     assert build["pinned"]["MKL_CBWR"] == "COMPATIBLE" and build["aten_capability"] == "DEFAULT"
@@ -79,24 +79,24 @@ def test_pinned_build_runs_the_builder_in_a_pinned_child(tmp_path, monkeypatch, 
 
 
 def test_pinned_build_names_the_builder_when_the_child_fails(tmp_path):
-    with pytest.raises(RuntimeError, match="grpokit.vision.pretrain:build"):
-        fp.pinned_build("grpokit.vision.pretrain:build", tmp_path / "m", no_such_option=1)
+    with pytest.raises(RuntimeError, match="grpokit.families.vision_lm.pretrain:build"):
+        fp.pinned_build("grpokit.families.vision_lm.pretrain:build", tmp_path / "m", no_such_option=1)
 
 
 def _flow(out, seed):
-    from grpokit.diffusion.flow.pretrain import build
+    from grpokit.families.flow_matching.pretrain import build
 
     return build(out, seed=seed, steps=0, channels=(8, 16))  # random weights: the seed alone sets them
 
 
 def _mdm(out, seed):
-    from grpokit.diffusion.pretrain import build
+    from grpokit.families.masked_diffusion.pretrain import build
 
     return build(out, seed=seed, steps=2, clean_steps=1)
 
 
 def _palette(out, seed):
-    from grpokit.diffusion.cogrpo_policy import build_palette
+    from grpokit.families.palette.policy import build_palette
 
     return build_palette(out, seed=seed, steps=2)
 
@@ -111,9 +111,10 @@ def test_every_builder_records_a_seeded_fingerprint(tmp_path, builder, name):
 def test_embedded_models_are_built_by_a_pinned_child_with_a_real_builder(tmp_path, monkeypatch):
     import importlib
 
-    from grpokit.diffusion import cogrpo_policy, pretrain as mdm_pretrain
-    from grpokit.diffusion.flow import pretrain as flow_pretrain
-    from grpokit.vision import pretrain as vision_pretrain
+    from grpokit.families.masked_diffusion import pretrain as mdm_pretrain
+    from grpokit.families.palette import policy as cogrpo_policy
+    from grpokit.families.flow_matching import pretrain as flow_pretrain
+    from grpokit.families.vision_lm import pretrain as vision_pretrain
 
     monkeypatch.setenv("GRPOKIT_CACHE", str(tmp_path))
     calls = []

@@ -51,7 +51,7 @@ def test_a_user_function_is_checked_by_its_signature_unless_it_takes_kwargs(tmp_
 
 
 def test_win_rate_options_are_its_own_and_its_judge_s():
-    judge = "grpokit.diffusion.flow.rewards:image_judge"
+    judge = "grpokit.families.flow_matching.rewards:image_judge"
     check("win_rate", prefer=judge, tie_margin=0.05)  # forwarded to the judge (pref_grpo_image)
     with pytest.raises(RewardLoadError, match=r"\['tie_margn'\]"):
         check("win_rate", prefer=judge, tie_margn=0.05)

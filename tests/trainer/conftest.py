@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from grpokit.config import load_config
-from grpokit.policies.causal_lm import CausalLMPolicy
+from grpokit.families.causal_lm.policy import CausalLMPolicy
 from grpokit.rollout.hf import HFBackend
 from grpokit.rollout.types import SamplingParams
 from grpokit.testing import tiny_model_and_tokenizer

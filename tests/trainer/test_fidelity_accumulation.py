@@ -8,7 +8,7 @@ from grpokit.algos.aggregation import AGGREGATIONS
 from grpokit.algos.kl import KL_ESTIMATORS
 from grpokit.algos.losses import POLICY_LOSSES
 from grpokit.config import load_config
-from grpokit.policies.causal_lm import CausalLMPolicy
+from grpokit.families.causal_lm.policy import CausalLMPolicy
 from grpokit.rollout.hf import HFBackend
 from grpokit.rollout.types import SamplingParams
 from grpokit.testing import tiny_model_and_tokenizer

@@ -9,7 +9,7 @@ from grpokit.algos.losses import POLICY_LOSSES
 from grpokit.rollout.hf import HFBackend
 from grpokit.rollout.types import SamplingParams
 from grpokit.testing import tiny_model_and_tokenizer
-from grpokit.policies.causal_lm import CausalLMPolicy
+from grpokit.families.causal_lm.policy import CausalLMPolicy
 from grpokit.trainer.learn_batch import LearnBatch
 from grpokit.trainer.learner import Objective, accumulate_gradients, micro_batches
 from grpokit.trainer.producers import score_inputs

@@ -30,21 +30,21 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def tiny_vlm_dir(tmp_path_factory):
-    from grpokit.vision.tiny_qwen2vl import save_tiny_qwen2vl
+    from grpokit.families.vision_lm.tiny_qwen2vl import save_tiny_qwen2vl
 
     return save_tiny_qwen2vl(tmp_path_factory.mktemp("tiny_vlm"))
 
 
 @pytest.fixture(scope="module")
 def tiny_flow_dir(tmp_path_factory):
-    from grpokit.diffusion.flow.pretrain import build
+    from grpokit.families.flow_matching.pretrain import build
 
     return str(build(tmp_path_factory.mktemp("tiny_flow") / "m", steps=0, channels=(8, 16)))  # random weights
 
 
 @pytest.fixture(scope="module")
 def tiny_mdm_dir(tmp_path_factory):
-    from grpokit.diffusion.model import MDMTokenizer, build_mdm, save_mdm
+    from grpokit.families.masked_diffusion.model import MDMTokenizer, build_mdm, save_mdm
 
     tok = MDMTokenizer()
     return save_mdm(build_mdm(len(tok), hidden=32, layers=2, heads=2), tok, tmp_path_factory.mktemp("tiny_mdm") / "m")
@@ -52,8 +52,8 @@ def tiny_mdm_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_palette_dir(tmp_path_factory):
-    from grpokit.diffusion.model import save_mdm
-    from grpokit.diffusion.palette import PaletteTokenizer, build_palette_predictor
+    from grpokit.families.masked_diffusion.model import save_mdm
+    from grpokit.families.palette.images import PaletteTokenizer, build_palette_predictor
 
     return save_mdm(build_palette_predictor(hidden=32, layers=1), PaletteTokenizer(), tmp_path_factory.mktemp("tiny_pal") / "m")
 
@@ -82,15 +82,15 @@ ONLINE = [p for p in preset_names() if read_preset(p).get("stage", "grpo") == "g
 
 @pytest.mark.parametrize("preset", ONLINE)
 def test_preset_trains_tiny_model_3_steps(preset, tiny_dir, tmp_path, request):
-    from grpokit.vision.loading import is_vision_model
+    from grpokit.families.vision_lm.loading import is_vision_model
 
     if is_vision_model(str(read_preset(preset).get("model", {}).get("name", ""))):  # images / video: a tiny Qwen2-VL
         tiny_dir = request.getfixturevalue("tiny_vlm_dir")
-    from grpokit.diffusion.checks import is_mdm_model
+    from grpokit.families.masked_diffusion.checks import is_mdm_model
 
     if is_mdm_model(str(read_preset(preset).get("model", {}).get("name", ""))):  # a random tiny masked-diffusion LM
         tiny_dir = request.getfixturevalue("tiny_mdm_dir")
-    from grpokit.diffusion.flow.loading import is_flow_model
+    from grpokit.families.flow_matching.loading import is_flow_model
 
     if is_flow_model(str(read_preset(preset).get("model", {}).get("name", ""))):  # images from noise: a random tiny UNet
         tiny_dir = request.getfixturevalue("tiny_flow_dir")

@@ -7,14 +7,14 @@ import torch
 
 from grpokit.algos.papo import perception_kl
 from grpokit.rollout.types import SamplingParams
-from grpokit.vision.procedural import blacken_patches, image_question, shapes_image, video_question
+from grpokit.families.vision_lm.procedural import blacken_patches, image_question, shapes_image, video_question
 
 
 @pytest.fixture(scope="module")
 def vlm(tmp_path_factory):
-    from grpokit.policies.vision_lm import VisionLMPolicy
-    from grpokit.vision.loading import load_vision_model
-    from grpokit.vision.tiny_qwen2vl import save_tiny_qwen2vl
+    from grpokit.families.vision_lm.policy import VisionLMPolicy
+    from grpokit.families.vision_lm.loading import load_vision_model
+    from grpokit.families.vision_lm.tiny_qwen2vl import save_tiny_qwen2vl
 
     folder = save_tiny_qwen2vl(tmp_path_factory.mktemp("tiny_vlm"), seed=0)
     model, tok, proc = load_vision_model(folder)
@@ -103,7 +103,7 @@ def test_the_sampler_records_the_log_probs_of_the_distribution_it_drew_from(vlm)
 
 def _next_logits(policy, sub, t):
     """Full-vocabulary logits for completion position t of a one-row batch, from one plain forward."""
-    from grpokit.policies.vision_lm import base_model
+    from grpokit.families.vision_lm.policy import base_model
 
     base = base_model(policy.module)
     pixels = policy._inputs(sub, None)
@@ -160,9 +160,9 @@ def test_with_lora_the_reference_is_the_base_weights_so_the_kl_grows_after_an_up
     from grpokit.algos.kl import kl_k3
     from grpokit.config.schema import LoraConfig
     from grpokit.model.lora import apply_lora
-    from grpokit.policies.vision_lm import VisionLMPolicy
-    from grpokit.vision.loading import load_vision_model
-    from grpokit.vision.tiny_qwen2vl import save_tiny_qwen2vl
+    from grpokit.families.vision_lm.policy import VisionLMPolicy
+    from grpokit.families.vision_lm.loading import load_vision_model
+    from grpokit.families.vision_lm.tiny_qwen2vl import save_tiny_qwen2vl
 
     model, tok, proc = load_vision_model(save_tiny_qwen2vl(tmp_path, seed=0))
     frozen = VisionLMPolicy(copy.deepcopy(model).eval(), tok, proc)

@@ -8,12 +8,12 @@ from PIL import Image
 
 from grpokit.config import load_config
 from grpokit.trainer.inputs import RunContractError, check_data, check_run
-from grpokit.vision.procedural import DIRECTIONS, noise_frames, video_question
+from grpokit.families.vision_lm.procedural import DIRECTIONS, noise_frames, video_question
 
 
 @pytest.fixture(scope="module")
 def tiny_vlm_dir(tmp_path_factory):
-    from grpokit.vision.tiny_qwen2vl import save_tiny_qwen2vl
+    from grpokit.families.vision_lm.tiny_qwen2vl import save_tiny_qwen2vl
 
     return save_tiny_qwen2vl(tmp_path_factory.mktemp("vlm"), seed=0)
 
@@ -43,7 +43,7 @@ def test_a_tiny_qwen2vl_saved_by_the_test_trains_with_papo_by_model_name(tmp_pat
     assert result["n"] == 4
     trainer.elapsed = 0.0
     trainer.save()  # the run folder loads as a model: weights, tokenizer and the image processor
-    from grpokit.vision.loading import is_vision_model, load_vision_model
+    from grpokit.families.vision_lm.loading import is_vision_model, load_vision_model
 
     run = str(tmp_path / "run")
     assert is_vision_model(run)
@@ -90,8 +90,8 @@ def test_unsupported_settings_with_a_vision_policy_fail_at_load(tmp_path, tiny_v
 
 
 def test_bad_images_and_videos_are_refused_naming_row_and_column(tmp_path, tiny_vlm_dir):
-    from grpokit.vision.loading import load_vision_model
-    from grpokit.vision.processor import VisionInputError, VisionProcessor
+    from grpokit.families.vision_lm.loading import load_vision_model
+    from grpokit.families.vision_lm.processor import VisionInputError, VisionProcessor
 
     _, tok, proc = load_vision_model(tiny_vlm_dir)
     with pytest.raises(VisionInputError, match=r"row 3, column 'images'\[0\]: image file '.*nope.png' does not exist"):
@@ -130,7 +130,7 @@ def _oracle_direction(frames) -> str:
 
 def test_frame_noise_lowers_the_reward_of_a_fixed_policy():
     from grpokit.rewards.builtin import answer_word
-    from grpokit.vision.tasks import noisy_frames_copy
+    from grpokit.families.vision_lm.tasks import noisy_frames_copy
 
     rows = [{"video": c, "answer": a} for c, _, a in (video_question("motion", random.Random(i)) for i in range(40))]
     clean = answer_word(None, [_oracle_direction(r["video"]) for r in rows], [r["answer"] for r in rows])
@@ -143,7 +143,7 @@ def test_frame_noise_lowers_the_reward_of_a_fixed_policy():
 
 def test_visual_hints_say_where_to_look_and_never_the_answer():
     from grpokit.data.curricula import modality_hint, modality_perturber
-    from grpokit.vision.tasks import video_qa, vision_qa
+    from grpokit.families.vision_lm.tasks import video_qa, vision_qa
 
     rows = vision_qa(0, 20, 0).train + video_qa(0, 20, 0).train
     for row in rows:
@@ -156,7 +156,7 @@ def test_visual_hints_say_where_to_look_and_never_the_answer():
 
 
 def test_vision_tasks_are_deterministic_and_disjoint():
-    from grpokit.vision.tasks import vision_qa
+    from grpokit.families.vision_lm.tasks import vision_qa
 
     a, b = vision_qa(3, 30, 10), vision_qa(3, 30, 10)
     assert [r["images"][0].tobytes() for r in a.train] == [r["images"][0].tobytes() for r in b.train]
@@ -173,9 +173,9 @@ def test_answer_word_reads_the_first_word():
 
 
 def test_the_tiny_tokenizer_knows_every_word_of_the_tasks_and_hints():
-    from grpokit.vision.tasks import HINTS, ONE_WORD
-    from grpokit.vision.procedural import QUESTIONS
-    from grpokit.vision.tiny_qwen2vl import build_tokenizer
+    from grpokit.families.vision_lm.tasks import HINTS, ONE_WORD
+    from grpokit.families.vision_lm.procedural import QUESTIONS
+    from grpokit.families.vision_lm.tiny_qwen2vl import build_tokenizer
 
     tok = build_tokenizer()
     for text in [*HINTS.values(), *QUESTIONS.values(), ONE_WORD, "Hint:"]:
@@ -186,7 +186,7 @@ def test_a_jsonl_dataset_with_image_paths_and_lora_trains(tmp_path, tiny_vlm_dir
     import json
 
     from grpokit.trainer.loop import Trainer
-    from grpokit.vision.procedural import shapes_image
+    from grpokit.families.vision_lm.procedural import shapes_image
 
     lines = []
     for i, colour in enumerate(["red", "green", "blue", "yellow"] * 2):

@@ -283,7 +283,7 @@ from grpokit.rewards import crpo as _crpo  # noqa: E402,F401  (registers the CRP
 from grpokit.rewards import length as _length  # noqa: E402,F401  (registers "length_target")
 from grpokit.rewards import synth as _synth  # noqa: E402,F401  (registers "synth_verify")
 from grpokit.rewards import etcon as _etcon  # noqa: E402,F401  (registers the EtCon consolidation rewards)
-from grpokit.diffusion.flow import rewards as _flow_rewards  # noqa: E402,F401  (registers the image rewards of flow policies)
+from grpokit.families.flow_matching import rewards as _flow_rewards  # noqa: E402,F401  (registers the image rewards of flow policies)
 
 
 @REWARDS.register("env_return")

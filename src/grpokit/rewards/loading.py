@@ -2,55 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
 import inspect
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable, Mapping, Optional
 
+from grpokit.plugins import PluginError, load_module
 from grpokit.rewards.builtin import REWARDS
 
 
-class RewardLoadError(ValueError):
+class RewardLoadError(PluginError):
     """A reward spec in the config cannot be resolved; the message says what to change."""
-
-
-def _load_file(path_text: str, spec: str) -> ModuleType:
-    """Import a Python file by path (relative to the working directory, or absolute)."""
-    path = Path(path_text).expanduser().resolve()
-    if not path.is_file():
-        raise RewardLoadError(f"reward '{spec}': file not found: {path}")
-    # A name derived from the full path keeps two files called rewards.py apart.
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
-    name = f"grpokit_user_reward_{path.stem}_{digest}"
-    if name in sys.modules:
-        return sys.modules[name]
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    if module_spec is None or module_spec.loader is None:
-        raise RewardLoadError(f"reward '{spec}': cannot import {path} as a Python file")
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as exc:
-        del sys.modules[name]
-        raise RewardLoadError(
-            f"reward '{spec}': importing {path} failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    return module
-
-
-def _load_module(module_name: str, spec: str) -> ModuleType:
-    try:
-        return importlib.import_module(module_name)
-    except ImportError as exc:
-        raise RewardLoadError(
-            f"reward '{spec}': cannot import module '{module_name}' ({exc}); "
-            "check the name and that it is on PYTHONPATH, or give 'path/to/file.py:function'"
-        ) from exc
 
 
 def is_builtin(spec: str) -> bool:
@@ -78,8 +38,10 @@ def resolve_reward(spec: str) -> Callable:
         raise RewardLoadError(
             f"reward '{spec}': expected 'package.module:function' or 'path/to/file.py:function'"
         )
-    is_file = source.endswith(".py") or "/" in source or "\\" in source
-    module = _load_file(source, spec) if is_file else _load_module(source, spec)
+    try:
+        module = load_module(source, f"reward '{spec}'")
+    except PluginError as exc:
+        raise RewardLoadError(str(exc)) from None
     if not hasattr(module, attr):
         public = sorted(
             n for n, v in vars(module).items() if callable(v) and not n.startswith("_")

@@ -25,7 +25,7 @@ from grpokit.algos.filters import dynamic_sampling, overlong_punishment
 from grpokit.config.schema import Config
 from grpokit.data.sampler import PromptSampler
 from grpokit.rewards import NamedReward, RewardScores, score_completions
-from grpokit.policies.base import Policy
+from grpokit.families.policy import Policy
 from grpokit.rollout.types import RolloutBatch, SamplingParams, concat_batches, renumber_groups
 from grpokit.trainer.learn_batch import LearnBatch
 

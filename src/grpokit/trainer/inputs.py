@@ -38,27 +38,27 @@ def _always(cfg: Config) -> Optional[str]:
 
 def _capabilities(cfg: Config):
     """The capabilities the run's policy family declares (vision-language, or the text causal-LM family with its sampler)."""
-    from grpokit.policies.causal_lm import CausalLMPolicy
-    from grpokit.vision.checks import vision_run
+    from grpokit.families.causal_lm.policy import CausalLMPolicy
+    from grpokit.families.vision_lm.checks import vision_run
 
-    from grpokit.diffusion.flow.loading import is_flow_model
+    from grpokit.families.flow_matching.loading import is_flow_model
 
     if is_flow_model(cfg.model.name):
-        from grpokit.policies.flow_matching import FlowMatchingPolicy
+        from grpokit.families.flow_matching.policy import FlowMatchingPolicy
 
         return FlowMatchingPolicy.capabilities_for()
     if vision_run(cfg):
-        from grpokit.policies.vision_lm import VisionLMPolicy
+        from grpokit.families.vision_lm.policy import VisionLMPolicy
 
         return VisionLMPolicy.capabilities_for()
-    from grpokit.diffusion.checks import mdm_run
+    from grpokit.families.masked_diffusion.checks import mdm_run
 
     if mdm_run(cfg):
-        from grpokit.diffusion.checks import palette_run
-        from grpokit.policies.masked_diffusion import MaskedDiffusionPolicy
+        from grpokit.families.masked_diffusion.checks import palette_run
+        from grpokit.families.masked_diffusion.policy import MaskedDiffusionPolicy
 
         if palette_run(cfg):
-            from grpokit.diffusion.cogrpo_policy import CoGRPOPolicy
+            from grpokit.families.palette.policy import CoGRPOPolicy
 
             return CoGRPOPolicy.capabilities_for()
 
@@ -163,7 +163,7 @@ TRAINER_OPTIONS = {"combiner": ("grad_param_pattern", "grad_micro_batches", "val
 
 def check_run(cfg: Config) -> None:
     """Refuse, in one line, a method whose input nothing produces here or an option its function does not take."""
-    from grpokit.diffusion.flow.loading import flow_problem
+    from grpokit.families.flow_matching.loading import flow_problem
     from grpokit.registries import get_registry
 
     problem = flow_problem(cfg)  # first of all: without diffusers, the one-line install hint
@@ -192,8 +192,8 @@ def check_run(cfg: Config) -> None:
     if cfg.data.demonstrations and cfg.stage != "sft":
         raise RunContractError(f"data.demonstrations '{cfg.data.demonstrations}' writes completions for stage sft; stage '{cfg.stage}' does not read them: set data.demonstrations=null or stage=sft")
     from grpokit.envs.checks import environment_problem
-    from grpokit.vision.checks import vision_problem
-    from grpokit.diffusion.checks import mdm_problem
+    from grpokit.families.vision_lm.checks import vision_problem
+    from grpokit.families.masked_diffusion.checks import mdm_problem
 
     for problem in (environment_problem(cfg), vision_problem(cfg), mdm_problem(cfg)):
         if problem is not None:
@@ -219,12 +219,12 @@ def check_data(cfg: Config, rows: list[dict]) -> None:
             f"variational.enabled needs the reference answer of every training row (its posterior is prompted with it): "
             f"{missing} of {len(rows)} rows have no 'answer' (set data.answer_column to the column that holds it)"
         )
-    from grpokit.vision.checks import data_problem
+    from grpokit.families.vision_lm.checks import data_problem
 
     problem = data_problem(cfg, rows, "aux_logp" in needed_inputs(cfg))
     if problem is not None:
         raise RunContractError(problem)
-    from grpokit.diffusion.flow.loading import flow_data_problem
+    from grpokit.families.flow_matching.loading import flow_data_problem
 
     problem = flow_data_problem(cfg, rows)
     if problem is not None:

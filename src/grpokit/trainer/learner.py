@@ -17,7 +17,7 @@ import torch
 from grpokit.algos.losses import LossInputs
 from grpokit.algos.objective import grpo_objective
 from grpokit.model.grad_sinks import in_place_embedding_grads
-from grpokit.policies.base import Policy
+from grpokit.families.policy import Policy
 from grpokit.rollout.types import RolloutBatch
 from grpokit.trainer.learn_batch import LearnBatch
 

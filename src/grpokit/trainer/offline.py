@@ -151,7 +151,7 @@ class OfflineTrainer:
         self.step, self.elapsed = 0, 0.0
 
     def _build_policy(self):
-        from grpokit.policies.causal_lm import CausalLMPolicy
+        from grpokit.families.causal_lm.policy import CausalLMPolicy
         from grpokit.rollout import make_backend
 
         cfg = self.cfg

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from grpokit.policies.base import Policy
+from grpokit.families.policy import Policy
 from grpokit.rollout.types import RolloutBatch, SamplingParams
 from grpokit.trainer.learn_batch import LearnBatch
 from grpokit.trainer.spans import span_mask_through_text

@@ -96,30 +96,30 @@ def load_policy(cfg: Config) -> tuple[torch.nn.Module, Any]:
     from grpokit.trainer.checkpoint import model_source
 
     name = cfg.model.name
-    from grpokit.diffusion.flow.loading import is_flow_model
+    from grpokit.families.flow_matching.loading import is_flow_model
 
     if is_flow_model(name):  # a flow-matching image model; its "tokenizer" is the condition names
-        from grpokit.diffusion.flow.loading import load_flow_model
+        from grpokit.families.flow_matching.loading import load_flow_model
 
         return load_flow_model(name, device=check_device(cfg))
-    from grpokit.diffusion.checks import EMBEDDED_MDM, is_mdm_model
-    from grpokit.vision.loading import EMBEDDED_VISION, is_vision_model
+    from grpokit.families.masked_diffusion.checks import EMBEDDED_MDM, is_mdm_model
+    from grpokit.families.vision_lm.loading import EMBEDDED_VISION, is_vision_model
 
-    from grpokit.diffusion.cogrpo_policy import EMBEDDED_PALETTE, is_palette_model
+    from grpokit.families.palette.policy import EMBEDDED_PALETTE, is_palette_model
 
     if is_palette_model(name):
-        from grpokit.diffusion.cogrpo_policy import load_cogrpo
+        from grpokit.families.palette.policy import load_cogrpo
 
         d = cfg.diffusion
         return load_cogrpo(name, d.steps or 8, tuple(d.schedule_knobs), d.schedule_std, d.schedule_lr_scale, device=check_device(cfg))
     if is_mdm_model(name):
-        from grpokit.diffusion.checks import resolve as resolve_mdm
-        from grpokit.diffusion.model import load_mdm
+        from grpokit.families.masked_diffusion.checks import resolve as resolve_mdm
+        from grpokit.families.masked_diffusion.model import load_mdm
 
         return load_mdm(resolve_mdm(name), device=check_device(cfg))
 
     if is_vision_model(name):
-        from grpokit.vision.loading import load_vision_model
+        from grpokit.families.vision_lm.loading import load_vision_model
 
         model, tokenizer, _ = load_vision_model(name, dtype=cfg.model.dtype, device=check_device(cfg))
         return (apply_lora(model, cfg.model.lora) if cfg.model.lora.enabled else model), tokenizer
@@ -184,25 +184,25 @@ def place_policy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
 
 
 def build_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, learners: Any, needs_ref: bool, needs_teacher: bool):
-    """The run's :class:`~grpokit.policies.causal_lm.CausalLMPolicy`: sampler, reference and teacher on the policy's device."""
-    from grpokit.policies.causal_lm import CausalLMPolicy
+    """The run's :class:`~grpokit.families.causal_lm.policy.CausalLMPolicy`: sampler, reference and teacher on the policy's device."""
+    from grpokit.families.causal_lm.policy import CausalLMPolicy
     from grpokit.rollout import make_backend
     from grpokit.rollout.hf import HFBackend
-    from grpokit.vision.loading import VISION_MODEL_TYPES
+    from grpokit.families.vision_lm.loading import VISION_MODEL_TYPES
 
     if getattr(model, "grpokit_family", None) == "flow":
         return build_flow_policy(cfg, model, needs_ref)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if getattr(base.config, "model_type", None) in VISION_MODEL_TYPES:
         return build_vision_policy(cfg, model, tokenizer, needs_ref)
-    from grpokit.diffusion.model import MDMTokenizer
+    from grpokit.families.masked_diffusion.model import MDMTokenizer
 
     if isinstance(tokenizer, MDMTokenizer):
         return build_mdm_policy(cfg, model, tokenizer, needs_ref)
-    from grpokit.diffusion.palette import PaletteTokenizer
+    from grpokit.families.palette.images import PaletteTokenizer
 
     if isinstance(tokenizer, PaletteTokenizer):  # Co-GRPO: the image-token model with its schedule policy
-        from grpokit.diffusion.cogrpo_policy import CoGRPOPolicy
+        from grpokit.families.palette.policy import CoGRPOPolicy
 
         return CoGRPOPolicy(model, tokenizer, reference=reference_model(model, cfg, needs_ref), seed=cfg.train.seed,
                             use_reference=needs_ref)
@@ -222,10 +222,10 @@ def build_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, learners: 
 
 
 def build_vision_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, needs_ref: bool):
-    """The run's :class:`~grpokit.policies.vision_lm.VisionLMPolicy` (processor from ``model.name``'s folder)."""
-    from grpokit.policies.vision_lm import VisionLMPolicy
-    from grpokit.vision.loading import resolve
-    from grpokit.vision.processor import VisionProcessor
+    """The run's :class:`~grpokit.families.vision_lm.policy.VisionLMPolicy` (processor from ``model.name``'s folder)."""
+    from grpokit.families.vision_lm.policy import VisionLMPolicy
+    from grpokit.families.vision_lm.loading import resolve
+    from grpokit.families.vision_lm.processor import VisionProcessor
 
     v = cfg.vision
     processor = VisionProcessor.from_pretrained(resolve(cfg.model.name), tokenizer, too_large=v.too_large)
@@ -237,9 +237,9 @@ def build_vision_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, nee
 
 
 def build_mdm_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, needs_ref: bool):
-    """The run's :class:`~grpokit.policies.masked_diffusion.MaskedDiffusionPolicy` (sampler and likelihood from ``diffusion``)."""
-    from grpokit.diffusion.sampler import SamplerOptions
-    from grpokit.policies.masked_diffusion import MaskedDiffusionPolicy
+    """The run's :class:`~grpokit.families.masked_diffusion.policy.MaskedDiffusionPolicy` (sampler and likelihood from ``diffusion``)."""
+    from grpokit.families.masked_diffusion.sampler import SamplerOptions
+    from grpokit.families.masked_diffusion.policy import MaskedDiffusionPolicy
 
     d = cfg.diffusion
     options = SamplerOptions(steps=d.steps, block_length=d.block_length, temperature=cfg.rollout.temperature, remasking=d.remasking)
@@ -251,10 +251,10 @@ def build_mdm_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, needs_
 
 
 def build_flow_policy(cfg: Config, model: torch.nn.Module, needs_ref: bool):
-    """The run's :class:`~grpokit.policies.flow_matching.FlowMatchingPolicy` (the SDE sampler of ``cfg.flow``)."""
+    """The run's :class:`~grpokit.families.flow_matching.policy.FlowMatchingPolicy` (the SDE sampler of ``cfg.flow``)."""
     import dataclasses
 
-    from grpokit.policies.flow_matching import FlowMatchingPolicy, FlowSettings
+    from grpokit.families.flow_matching.policy import FlowMatchingPolicy, FlowSettings
 
     settings = FlowSettings(**dataclasses.asdict(cfg.flow))
     return FlowMatchingPolicy(model, settings, reference=reference_model(model, cfg, needs_ref), seed=cfg.train.seed)

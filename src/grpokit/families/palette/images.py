@@ -9,7 +9,7 @@ tokens; class dropout 10% for CFG) shows the target or the partner with probabil
 a sampler that mixes the two modes inside one image scores low and a coherent one is right half
 the time [inferred recipe].
 
-Rewards on the grid (``grpokit.diffusion.palette:palette_match`` / ``:palette_exact`` as reward
+Rewards on the grid (``grpokit.families.palette.images:palette_match`` / ``:palette_exact`` as reward
 names): the fraction of the 64 pixels equal to the class's target, and 1 for an exact image.
 """
 
@@ -111,7 +111,7 @@ def palette_exact(prompts: list[str], completions: list[str], label: Optional[Se
 
 def build_palette_predictor(seed: int = 0, hidden: int = 64, layers: int = 2, heads: int = 4) -> torch.nn.Module:
     """A bidirectional mask predictor over [class] + 64 pixel tokens (BertForMaskedLM from a config)."""
-    from grpokit.diffusion.model import build_mdm
+    from grpokit.families.masked_diffusion.model import build_mdm
 
     return build_mdm(PaletteTokenizer().vocab_size, hidden=hidden, layers=layers, heads=heads, max_positions=SIDE * SIDE + 8,
                      seed=seed)

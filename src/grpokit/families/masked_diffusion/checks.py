@@ -14,7 +14,7 @@ SEQUENCE_KL = ("seq_k2", "none")
 
 
 def _folder(name: str) -> Optional[Path]:
-    from grpokit.diffusion.model import is_mdm_folder
+    from grpokit.families.masked_diffusion.model import is_mdm_folder
     from grpokit.trainer.checkpoint import family_folder
 
     return family_folder(name, is_mdm_folder)
@@ -28,7 +28,7 @@ def is_mdm_model(name: str) -> bool:
 def resolve(name: str) -> Path:
     """The folder to load: the embedded model's cache (built on first use), else the folder or run checkpoint."""
     if name in EMBEDDED_MDM:
-        from grpokit.diffusion.pretrain import ensure_tiny_mdm
+        from grpokit.families.masked_diffusion.pretrain import ensure_tiny_mdm
 
         return ensure_tiny_mdm()
     folder = _folder(name)
@@ -38,7 +38,7 @@ def resolve(name: str) -> Path:
 
 
 def palette_run(cfg: Config) -> bool:
-    from grpokit.diffusion.cogrpo_policy import is_palette_model
+    from grpokit.families.palette.policy import is_palette_model
 
     return is_palette_model(cfg.model.name)
 
@@ -49,12 +49,12 @@ def mdm_run(cfg: Config) -> bool:
 
 
 def _unsupported(cfg: Config) -> list[tuple[bool, str, str]]:
-    from grpokit.diffusion.likelihoods import LIKELIHOODS
+    from grpokit.families.masked_diffusion.likelihoods import LIKELIHOODS
 
     surrogate = LIKELIHOODS.spec(cfg.diffusion.likelihood).surrogate
     return [
         (cfg.stage != "grpo", f"stage={cfg.stage}", "the masked-diffusion LM's supervised stage is LLaDA's SFT loss in "
-         "`python -m grpokit.diffusion.pretrain`; set stage=grpo"),
+         "`python -m grpokit.families.masked_diffusion.pretrain`; set stage=grpo"),
         (cfg.rollout.backend != "hf", f"rollout.backend={cfg.rollout.backend}", "set rollout.backend=hf"),
         (bool(cfg.environment.name), "environment.name", "multi-turn episodes are text-LM only: set environment.name=null"),
         (cfg.train.sequence_chunk > 0, "train.sequence_chunk", "StreamBP is causal-LM only: set train.sequence_chunk=0"),
@@ -83,12 +83,12 @@ def mdm_problem(cfg: Config) -> Optional[str]:
     for bad, field, fix in _unsupported(cfg):
         if bad:
             return f"{field} is not supported with the masked-diffusion policy '{cfg.model.name}': {fix}"
-    from grpokit.diffusion.likelihoods import LIKELIHOODS
-    from grpokit.diffusion.sampler import SamplerOptions
+    from grpokit.families.masked_diffusion.likelihoods import LIKELIHOODS
+    from grpokit.families.masked_diffusion.sampler import SamplerOptions
 
     d = cfg.diffusion
     if palette_run(cfg):
-        from grpokit.diffusion.cogrpo import KNOBS
+        from grpokit.families.palette.cogrpo import KNOBS
 
         bad = sorted(set(d.schedule_knobs) - set(KNOBS))
         if bad:

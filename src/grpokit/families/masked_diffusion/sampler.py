@@ -30,7 +30,7 @@ from typing import Optional
 
 import torch
 
-from grpokit.diffusion.model import mdm_logits
+from grpokit.families.masked_diffusion.model import mdm_logits
 
 REMASKING = ("low_confidence", "random")
 

@@ -19,7 +19,7 @@ import random
 from typing import Any, Optional
 
 from grpokit.data.tasks import TASKS, TaskSplits
-from grpokit.vision.procedural import image_question, noise_frames, video_question
+from grpokit.families.vision_lm.procedural import image_question, noise_frames, video_question
 
 ONE_WORD = " Answer with one word."
 IMAGE_KINDS = ("colour", "count", "shape")

@@ -8,7 +8,7 @@ from grpokit.config.schema import Config
 
 
 def vision_run(cfg: Config) -> bool:
-    from grpokit.vision.loading import is_vision_model
+    from grpokit.families.vision_lm.loading import is_vision_model
 
     return is_vision_model(cfg.model.name)
 

@@ -16,7 +16,7 @@ import torch
 
 from grpokit.model.logprobs import PromptStage, completion_logprobs
 from grpokit.model.streambp import streamed_backward, streamed_forward
-from grpokit.policies.base import Capabilities, ModulePolicy, UnitForward
+from grpokit.families.policy import Capabilities, ModulePolicy, UnitForward
 from grpokit.rollout.types import RolloutBatch, SamplingParams
 
 

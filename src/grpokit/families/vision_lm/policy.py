@@ -14,7 +14,7 @@ as any other column.
   micro-batch re-encodes exactly its own rows' images, so any slicing gives the same log-probs),
   the completion positions through the chunked LM head.
 * **Transformed condition** (``score(mb, condition="masked")``): PAPO's masked image, built the
-  authors' way -- patches of the *image itself* blackened (:func:`~grpokit.vision.procedural.blacken_patches`,
+  authors' way -- patches of the *image itself* blackened (:func:`~grpokit.families.vision_lm.procedural.blacken_patches`,
   aligned to the processor's patch grid), then the processor run again; the ids and grids must
   be unchanged (checked). One mask per group and step, seeded by (seed, step, group) [inferred:
   the authors draw one per sample]. Rows without images score their original log-probs
@@ -31,11 +31,11 @@ from typing import Any, Optional
 import torch
 
 from grpokit.model.logprobs import cache_kwarg, masked_head_logprobs, output_cache
-from grpokit.policies.base import Capabilities, ModulePolicy, UnitForward
+from grpokit.families.policy import Capabilities, ModulePolicy, UnitForward
 from grpokit.rollout.hf import completion_mask_from_eos, next_tokens, special_ids
 from grpokit.rollout.types import RolloutBatch, SamplingParams, group_batch
-from grpokit.vision.procedural import blacken_patches
-from grpokit.vision.processor import Encoded, VisionInputError, VisionProcessor, collate, stack_pixels
+from grpokit.families.vision_lm.procedural import blacken_patches
+from grpokit.families.vision_lm.processor import Encoded, VisionInputError, VisionProcessor, collate, stack_pixels
 
 # Never sampled: a sampled image / video pad would be read as a placeholder by the next forward. The
 # sampler renormalises over the other tokens (its recorded log-probs are exact); the learner's
@@ -145,7 +145,7 @@ class ConditionEncoder:
     def _items(self, row: dict[str, Any], where: str, transform) -> tuple[list, Any]:
         images, video = list(row.get("images") or []), row.get("video")
         if transform is not None:
-            from grpokit.vision.processor import load_image
+            from grpokit.families.vision_lm.processor import load_image
 
             images = [transform(load_image(v, f"{where}, column 'images'")) for v in images]
             video = [transform(load_image(v, f"{where}, column 'video'")) for v in video] if video is not None else None
@@ -176,7 +176,7 @@ class VisionLMPolicy(ModulePolicy):
     """A Qwen2-VL module (optionally LoRA), its tokenizer and processor, a frozen reference when needed.
 
     The reference is the frozen copy, or for LoRA the module with its adapter disabled (as the
-    causal-LM family: :meth:`~grpokit.policies.base.ModulePolicy.role_module`).
+    causal-LM family: :meth:`~grpokit.families.policy.ModulePolicy.role_module`).
 
     mask_probability / patch: PAPO's patch blackening (authors: 0.6, 14 px = the processor's patch).
     """

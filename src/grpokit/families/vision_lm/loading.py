@@ -3,7 +3,7 @@
 A VLM is a local Hugging Face folder whose ``config.json`` has ``model_type`` ``qwen2_vl`` (the
 family grpokit tests) or ``qwen2_5_vl`` (same processor and RoPE interface), a grpokit run
 folder whose checkpoint is one, or the embedded name ``tiny-qwen2vl``: grpokit's tiny Qwen2-VL,
-built and given its noisy prior by :mod:`grpokit.vision.pretrain` on first use and cached under
+built and given its noisy prior by :mod:`grpokit.families.vision_lm.pretrain` on first use and cached under
 the grpokit cache (the same seeded command rebuilds it on a fresh machine).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 VISION_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
-EMBEDDED_VISION = {"tiny-qwen2vl": "the tiny Qwen2-VL of grpokit.vision (0.56 M params, noisy-prior pretrained here)"}
+EMBEDDED_VISION = {"tiny-qwen2vl": "the tiny Qwen2-VL of grpokit.families.vision_lm (0.56 M params, noisy-prior pretrained here)"}
 
 
 def _folder(name: str) -> Path | None:
@@ -44,7 +44,7 @@ def is_vision_model(name: str) -> bool:
 def resolve(name: str) -> Path:
     """The folder to load: an embedded VLM's cache (built on first use), else the folder or run checkpoint."""
     if name in EMBEDDED_VISION:
-        from grpokit.vision.pretrain import ensure_tiny_vlm
+        from grpokit.families.vision_lm.pretrain import ensure_tiny_vlm
 
         return ensure_tiny_vlm()
     folder = _folder(name)
@@ -58,7 +58,7 @@ def load_vision_model(name: str, dtype: str = "float32", device: Any = None, **p
     import torch
     from transformers import AutoModelForImageTextToText, AutoTokenizer
 
-    from grpokit.vision.processor import VisionProcessor
+    from grpokit.families.vision_lm.processor import VisionProcessor
 
     from grpokit.model.fingerprint import log_fingerprint
 

@@ -1,6 +1,6 @@
 """The embedded ``tiny-mdm``: a small masked-diffusion LM given a "noisy prior" by LLaDA's SFT loss.
 
-Supervised training with :func:`~grpokit.diffusion.likelihoods.llada_sft_loss` on the
+Supervised training with :func:`~grpokit.families.masked_diffusion.likelihoods.llada_sft_loss` on the
 masked-diffusion tasks (``mdm_reverse``, ``mdm_sort``, ``mdm_add``, ``mdm_countdown``), in two
 phases as grpokit's tiny VLM: ``clean_steps`` with the right answers (the model learns the
 tasks), then noisy steps where the target canvas is the answer with probability ``p_correct``
@@ -11,8 +11,8 @@ phase are grpokit's choices [inferred], following the research recipe of a prior
 about half the time. Training prompts never include the tasks' held-out prompts (seed 0,
 ``HELDOUT`` rows), so held-out success is measured on unseen prompts.
 
-    python -m grpokit.diffusion.pretrain                 # builds and caches the embedded tiny-mdm
-    python -m grpokit.diffusion.pretrain --out DIR --steps 600
+    python -m grpokit.families.masked_diffusion.pretrain                 # builds and caches the embedded tiny-mdm
+    python -m grpokit.families.masked_diffusion.pretrain --out DIR --steps 600
 
 Deterministic in ``seed`` with one torch thread; the cache folder is written atomically, with its
 fingerprint (``grpokit-build.json``), by a child process with the CPU numerics pinned
@@ -31,8 +31,8 @@ from typing import Optional
 
 import torch
 
-from grpokit.diffusion.likelihoods import llada_sft_loss
-from grpokit.diffusion.model import MDMTokenizer, build_mdm, is_mdm_folder, mdm_logits, save_mdm
+from grpokit.families.masked_diffusion.likelihoods import llada_sft_loss
+from grpokit.families.masked_diffusion.model import MDMTokenizer, build_mdm, is_mdm_folder, mdm_logits, save_mdm
 
 log = logging.getLogger(__name__)
 VERSION = "v2"  # v2: built with the numerics pinned (grpokit.model.fingerprint), weights fingerprinted
@@ -134,7 +134,7 @@ def ensure_tiny_mdm() -> Path:
     folder = cache_dir()
     if not is_mdm_folder(folder):
         log.warning("building the embedded tiny-mdm into %s (once, a few minutes on one CPU thread)", folder)
-        pinned_build("grpokit.diffusion.pretrain:build", folder)
+        pinned_build("grpokit.families.masked_diffusion.pretrain:build", folder)
     log_fingerprint(folder, "tiny-mdm")
     return folder
 
@@ -149,7 +149,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from grpokit.model.fingerprint import pinned_build
 
-    out = pinned_build("grpokit.diffusion.pretrain:build", Path(args.out) if args.out else cache_dir(), steps=args.steps,
+    out = pinned_build("grpokit.families.masked_diffusion.pretrain:build", Path(args.out) if args.out else cache_dir(), steps=args.steps,
                        clean_steps=args.clean_steps, seed=args.seed)
     print(f"wrote {out}")
 

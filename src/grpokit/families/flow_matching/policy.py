@@ -8,7 +8,7 @@ generator's own images: an extension, not that paper's setting).
 
 * **Rollout** (:meth:`FlowMatchingPolicy.sample`): each sample starts from its own initial noise
   (or its group's shared noise with ``flow.same_noise``, DanceGRPO's ``init_same_noise``) and
-  runs K = ``flow.steps`` SDE steps (:func:`~grpokit.diffusion.flow.sde.sample_sde`); every state
+  runs K = ``flow.steps`` SDE steps (:func:`~grpokit.families.flow_matching.sde.sample_sde`); every state
   x_0..x_K and each step's log-prob are recorded (float32; step *indices*, never float timesteps).
 * **Units**: the trained steps of each sample, U = ⌊``train_fraction``·K⌋, the first U in order
   (Flow-GRPO) or a fresh random subset per sample (DanceGRPO / Pref-GRPO); ``completion_ids
@@ -35,10 +35,10 @@ from typing import Any, Optional
 
 import torch
 
-from grpokit.diffusion.flow.model import guided_velocity
-from grpokit.diffusion.flow.rewards import GeneratedImage
-from grpokit.diffusion.flow.sde import flow_sigmas, sample_sde, sde_step_stats, step_kl, step_logprob, trained_steps
-from grpokit.policies.base import Capabilities, ModulePolicy, UnitForward
+from grpokit.families.flow_matching.model import guided_velocity
+from grpokit.families.flow_matching.rewards import GeneratedImage
+from grpokit.families.flow_matching.sde import flow_sigmas, sample_sde, sde_step_stats, step_kl, step_logprob, trained_steps
+from grpokit.families.policy import Capabilities, ModulePolicy, UnitForward
 from grpokit.rollout.types import RolloutBatch, SamplingParams
 
 
@@ -95,7 +95,7 @@ class FlowBackend:
 
 
 class FlowMatchingPolicy(ModulePolicy):
-    """A :class:`~grpokit.diffusion.flow.model.TinyFlowModel`, its SDE sampler and (when needed) a frozen reference copy."""
+    """A :class:`~grpokit.families.flow_matching.model.TinyFlowModel`, its SDE sampler and (when needed) a frozen reference copy."""
 
     def __init__(self, module: torch.nn.Module, settings: FlowSettings, *, reference: Optional[torch.nn.Module] = None,
                  seed: int = 0) -> None:

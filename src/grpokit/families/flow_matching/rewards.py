@@ -32,7 +32,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from grpokit.diffusion.flow.procedural import PALETTE
+from grpokit.families.flow_matching.procedural import PALETTE
 from grpokit.rewards.builtin import REWARDS
 
 _PALETTE = np.asarray(list(PALETTE.values()), dtype=np.float32)  # [P, 3]
@@ -159,7 +159,7 @@ def image_judge(prompt: str, a: Any, b: Any, colour: Optional[str] = None, tie_m
     Hidden score: :func:`hidden_score` (``colour_fraction`` of the row's ``colour``, plus the same
     ``brightness`` bias and seeded per-image ``noise`` as :func:`tiny_score`). Use as
     ``win_rate``'s ``prefer``:
-    ``{name: win_rate, kwargs: {prefer: "grpokit.diffusion.flow.rewards:image_judge", tie_margin: 0.05}}``.
+    ``{name: win_rate, kwargs: {prefer: "grpokit.families.flow_matching.rewards:image_judge", tie_margin: 0.05}}``.
     """
     if colour is None:
         raise ValueError("image_judge needs the row's 'colour' column (task flow_images)")
@@ -175,7 +175,7 @@ def image_judge(prompt: str, a: Any, b: Any, colour: Optional[str] = None, tie_m
 def image_embed(images: list, dim: int = 64, seed: int = 0) -> torch.Tensor:
     """``[n, dim]`` float32: a fixed Gaussian random projection of each image's pixels mapped to [−1, 1].
 
-    Use as ``dpp``'s ``embed``: ``{name: dpp, kwargs: {embed: "grpokit.diffusion.flow.rewards:image_embed", lambda_rel: 0}}``
+    Use as ``dpp``'s ``embed``: ``{name: dpp, kwargs: {embed: "grpokit.families.flow_matching.rewards:image_embed", lambda_rel: 0}}``
     (relevance needs a text query, which images lack: give the task reward its own column).
     """
     flat = np.stack([_pixels(im, "image_embed (dpp's embed)").reshape(-1) * 2 - 1 for im in images]) if images else np.zeros((0, 1))

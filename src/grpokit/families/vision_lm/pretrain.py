@@ -11,8 +11,8 @@ choice [inferred]: with uniform noise the mode is already the right answer, and 
 would start near 100%. The clean first phase is grpokit's too: from scratch, the v1 0.16 M model
 on noisy labels alone learned only the question's answer prior in 400 steps [measured].)
 
-    python -m grpokit.vision.pretrain            # builds and caches the embedded tiny-qwen2vl
-    python -m grpokit.vision.pretrain --out DIR --steps 600
+    python -m grpokit.families.vision_lm.pretrain            # builds and caches the embedded tiny-qwen2vl
+    python -m grpokit.families.vision_lm.pretrain --out DIR --steps 600
 
 Deterministic in ``seed``; the cache folder is written atomically (a temporary folder renamed) with its
 fingerprint (``grpokit-build.json``, :mod:`grpokit.model.fingerprint`). The cached model is built in a
@@ -38,7 +38,7 @@ SIZES = {"hidden": 128, "vision_embed": 64}
 
 def partner(kind: str, answer: str) -> str:
     """The fixed wrong answer paired with ``answer``: the next one of the kind's answers, cyclically."""
-    from grpokit.vision.procedural import answers_for
+    from grpokit.families.vision_lm.procedural import answers_for
 
     options = answers_for(kind)
     return options[(options.index(answer) + 1) % len(options)]
@@ -49,10 +49,10 @@ KINDS = ("colour", "count", "shape", "motion", "first")
 
 def noisy_rows(n: int, seed: int, p_correct: float = 0.5, kinds: tuple[str, ...] = KINDS) -> list[dict]:
     """``n`` training rows of both tasks (their own seed stream, not the tasks' splits) with noisy-prior targets."""
-    from grpokit.vision.tasks import ONE_WORD
-    from grpokit.vision.procedural import image_question, video_question
+    from grpokit.families.vision_lm.tasks import ONE_WORD
+    from grpokit.families.vision_lm.procedural import image_question, video_question
 
-    rng = random.Random(f"grpokit/vision/pretrain/{seed}")
+    rng = random.Random(f"grpokit/families/vision_lm/pretrain/{seed}")
     rows = []
     for _ in range(n):
         kind = rng.choice(kinds)
@@ -82,10 +82,10 @@ def train(folder: str | Path, *, steps: int = 3200, clean_steps: int = 2600, bat
 
 def _train(folder, *, steps: int, clean_steps: int, batch: int, lr: float, seed: int, p_correct: float,
            kinds: tuple[str, ...]) -> dict[str, float]:
-    from grpokit.policies.vision_lm import VisionLMPolicy
+    from grpokit.families.vision_lm.policy import VisionLMPolicy
     from grpokit.rollout.types import group_batch
-    from grpokit.vision.loading import load_vision_model
-    from grpokit.vision.processor import collate
+    from grpokit.families.vision_lm.loading import load_vision_model
+    from grpokit.families.vision_lm.processor import collate
 
     model, tokenizer, processor = load_vision_model(str(folder))
     policy = VisionLMPolicy(model, tokenizer, processor)
@@ -119,7 +119,7 @@ def _train(folder, *, steps: int, clean_steps: int, batch: int, lr: float, seed:
 
 def build(out: str | Path, *, seed: int = 0, steps: int = 3200, sizes: dict | None = None, **kwargs) -> Path:
     """A tiny Qwen2-VL at ``out``: built from its config, then noisy-prior pretrained; atomic."""
-    from grpokit.vision.tiny_qwen2vl import save_tiny_qwen2vl
+    from grpokit.families.vision_lm.tiny_qwen2vl import save_tiny_qwen2vl
 
     from grpokit.model.fingerprint import record
     from grpokit.model.loading import atomic_folder
@@ -142,7 +142,7 @@ def ensure_tiny_vlm(seed: int = 0) -> Path:
     folder = cache_dir() / "models" / f"tiny-qwen2vl-{VERSION}-seed{seed}"
     if not (folder / "config.json").is_file():
         log.info("building the tiny Qwen2-VL (noisy prior, seed %d) in %s: first use only", seed, folder)
-        pinned_build("grpokit.vision.pretrain:build", folder, seed=seed)
+        pinned_build("grpokit.families.vision_lm.pretrain:build", folder, seed=seed)
     return folder
 
 
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.out:
         from grpokit.model.fingerprint import pinned_build
 
-        folder = pinned_build("grpokit.vision.pretrain:build", a.out, seed=a.seed, steps=a.steps)
+        folder = pinned_build("grpokit.families.vision_lm.pretrain:build", a.out, seed=a.seed, steps=a.steps)
     else:
         folder = ensure_tiny_vlm(a.seed)
     print(folder)

@@ -35,8 +35,8 @@ from typing import Any, Optional
 
 import torch
 
-from grpokit.diffusion.palette import COLOURS, SIDE, PaletteTokenizer, predictor_logits
-from grpokit.diffusion.sampler import commit_top, gumbel_argmax
+from grpokit.families.palette.images import COLOURS, SIDE, PaletteTokenizer, predictor_logits
+from grpokit.families.masked_diffusion.sampler import commit_top, gumbel_argmax
 
 KNOBS = ("remask_ratio", "temperature", "remask_temperature", "cfg")
 

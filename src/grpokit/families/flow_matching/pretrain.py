@@ -3,7 +3,7 @@
 Rectified-flow regression (the flow-matching loss of SD3 / Flow-GRPO's base models, restated):
 x_σ = (1 − σ)·x0 + σ·ε, target v = ε − x0, loss = mean ‖v_θ(x_σ, σ, c) − v‖², σ ~ U(0, 1); the
 label is replaced by the null class with probability 0.1 so classifier-free guidance works. The
-data are :func:`~grpokit.diffusion.flow.procedural.noisy_prior_batch` images: the drawn colour
+data are :func:`~grpokit.families.flow_matching.procedural.noisy_prior_batch` images: the drawn colour
 is the label's with probability ``p_correct`` (0.5), else its fixed partner colour, so the
 model's samples have the requested colour about half the time and GRPO with the exact
 ``colour_fraction`` reward has room to climb (the noisy-prior recipe; the fixed partner is
@@ -12,8 +12,8 @@ machine for a model this small); deterministic in ``seed``; the cache folder is 
 atomically, with its fingerprint, by a child process with the CPU numerics pinned
 (:mod:`grpokit.model.fingerprint`).
 
-    python -m grpokit.diffusion.flow.pretrain            # builds and caches the embedded tiny-flow
-    python -m grpokit.diffusion.flow.pretrain --out DIR --steps 400
+    python -m grpokit.families.flow_matching.pretrain            # builds and caches the embedded tiny-flow
+    python -m grpokit.families.flow_matching.pretrain --out DIR --steps 400
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ SIZE, CHANNELS, STEPS = 8, (16, 32), 1500  # 0.17 M parameters; 1500 steps of 64
 def train(model: torch.nn.Module, *, steps: int, batch: int = 64, lr: float = 1e-3, seed: int = 0, p_correct: float = 0.5,
           p_uncond: float = 0.1) -> dict[str, float]:
     """Rectified-flow pretraining of ``model`` (a :class:`TinyFlowModel`) in place; returns the last loss and minutes."""
-    from grpokit.diffusion.flow.procedural import noisy_prior_batch
+    from grpokit.families.flow_matching.procedural import noisy_prior_batch
 
     torch.manual_seed(seed)
     rng = random.Random(f"grpokit/flow/pretrain/{seed}")
@@ -70,8 +70,8 @@ def train(model: torch.nn.Module, *, steps: int, batch: int = 64, lr: float = 1e
 
 def build(out: str | Path, *, seed: int = 0, steps: int = STEPS, size: int = SIZE, channels: tuple = CHANNELS, **kwargs) -> Path:
     """A tiny flow model at ``out``: built from its config with seed ``seed``, then noisy-prior pretrained; atomic."""
-    from grpokit.diffusion.flow.model import TinyFlowModel, unet_config
-    from grpokit.diffusion.flow.procedural import NUM_CLASSES, condition_of, prompt_for
+    from grpokit.families.flow_matching.model import TinyFlowModel, unet_config
+    from grpokit.families.flow_matching.procedural import NUM_CLASSES, condition_of, prompt_for
 
     from grpokit.model.loading import atomic_folder
 
@@ -91,14 +91,14 @@ def build(out: str | Path, *, seed: int = 0, steps: int = STEPS, size: int = SIZ
 def ensure_tiny_flow(seed: int = 0) -> Path:
     """The embedded ``tiny-flow`` folder in the grpokit cache, built on first use in a child process with the
     numerics pinned (:func:`grpokit.model.fingerprint.pinned_build`, a few CPU minutes); its fingerprint is logged."""
-    from grpokit.diffusion.flow.model import CONFIG_FILE
+    from grpokit.families.flow_matching.model import CONFIG_FILE
     from grpokit.model.fingerprint import log_fingerprint, pinned_build
     from grpokit.model.loading import cache_dir
 
     folder = cache_dir() / "models" / f"tiny-flow-{VERSION}-seed{seed}"
     if not (folder / CONFIG_FILE).is_file():
         log.info("building tiny-flow (noisy prior, seed %d) in %s: first use only", seed, folder)
-        pinned_build("grpokit.diffusion.flow.pretrain:build", folder, seed=seed)
+        pinned_build("grpokit.families.flow_matching.pretrain:build", folder, seed=seed)
     log_fingerprint(folder, "tiny-flow")
     return folder
 
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.out:
         from grpokit.model.fingerprint import pinned_build
 
-        folder = pinned_build("grpokit.diffusion.flow.pretrain:build", a.out, seed=a.seed, steps=a.steps)
+        folder = pinned_build("grpokit.families.flow_matching.pretrain:build", a.out, seed=a.seed, steps=a.steps)
     else:
         folder = ensure_tiny_flow(a.seed)
     print(folder)

@@ -2,7 +2,7 @@
 
 Each row has ``prompt``, ``answer`` (what the exact-match reward compares), ``task`` and
 ``partner``: the fixed wrong answer the noisy-prior pretraining shows instead of the answer half
-the time (:mod:`grpokit.diffusion.pretrain`). Rewards: ``answer_word`` (the completion's first
+the time (:mod:`grpokit.families.masked_diffusion.pretrain`). Rewards: ``answer_word`` (the completion's first
 word must equal the answer exactly, so "1234" does not match "01234") for the digit tasks,
 ``countdown_equation`` (the expression uses the numbers once each and equals the target) for
 countdown.

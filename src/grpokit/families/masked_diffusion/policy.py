@@ -2,10 +2,10 @@
 
 "Large Language Diffusion Models" (arXiv 2502.09992). A sample is the canvas of L =
 ``rollout.max_new_tokens`` positions after the prompt, [EOS]-padded; the sampler is
-:func:`grpokit.diffusion.sampler.generate` (blocks, transfer schedule, low-confidence or random
+:func:`grpokit.families.masked_diffusion.sampler.generate` (blocks, transfer schedule, low-confidence or random
 remasking, Gumbel temperature = ``rollout.temperature``; greedy = argmax). What a learnable unit
 is, and its log-prob, is the registered likelihood ``diffusion.likelihood``
-(:mod:`grpokit.diffusion.likelihoods`): d1's one-step stand-in (tokens), ESPO's coupled ELBO
+(:mod:`grpokit.families.masked_diffusion.likelihoods`): d1's one-step stand-in (tokens), ESPO's coupled ELBO
 (one sequence, split over the L positions) or Mask-GRPO's step transitions (unmasking steps).
 
 Batch layout (a :class:`CanvasBatch`): ``completion_ids`` = the canvas ``[B, L]`` and
@@ -28,11 +28,11 @@ from typing import Any, Optional
 
 import torch
 
-from grpokit.diffusion.likelihoods import LIKELIHOODS, CanvasInputs
-from grpokit.diffusion.model import MDMTokenizer, mdm_logits
-from grpokit.diffusion.pretrain import encode_rows
-from grpokit.diffusion.sampler import SamplerOptions, generate
-from grpokit.policies.base import Capabilities, ModulePolicy, UnitForward
+from grpokit.families.masked_diffusion.likelihoods import LIKELIHOODS, CanvasInputs
+from grpokit.families.masked_diffusion.model import MDMTokenizer, mdm_logits
+from grpokit.families.masked_diffusion.pretrain import encode_rows
+from grpokit.families.masked_diffusion.sampler import SamplerOptions, generate
+from grpokit.families.policy import Capabilities, ModulePolicy, UnitForward
 from grpokit.rollout.types import RolloutBatch, SamplingParams
 
 
@@ -102,7 +102,7 @@ class MDMBackend:
 
 def _unit_mask(likelihood: str, inp: CanvasInputs, tok: MDMTokenizer) -> torch.Tensor:
     """``[B, L]`` the units of ``likelihood`` (without computing log-probs)."""
-    from grpokit.diffusion.likelihoods import through_first_eos
+    from grpokit.families.masked_diffusion.likelihoods import through_first_eos
 
     kind = LIKELIHOODS.spec(likelihood).unit_kind
     if kind == "token":

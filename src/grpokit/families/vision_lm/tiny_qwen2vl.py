@@ -4,10 +4,10 @@ No vision-language model ships offline, so grpokit builds one: ``Qwen2VLForCondi
 (text: hidden 64 by default for tests, 128 for the embedded model; 2 layers, 4 heads / 2 KV heads;
 vision: depth 2, embed 32 by default, 64 for the embedded model; patch 14, merge 2),
 a ``tokenizers`` WordLevel vocabulary of the procedural tasks' words plus Qwen2-VL's chat and
-vision special tokens, a ``Qwen2VLImageProcessorPil`` (no torchvision needed; ``grpokit.vision.processor`` does the rest) and a chat template
+vision special tokens, a ``Qwen2VLImageProcessorPil`` (no torchvision needed; ``grpokit.families.vision_lm.processor`` does the rest) and a chat template
 that renders image and video content parts as ``<|vision_start|><|image_pad|><|vision_end|>``
 (``<|video_pad|>``), as Qwen2-VL's does. :func:`save_tiny_qwen2vl` writes a folder that
-``model.name`` loads like any Hugging Face VLM folder (random weights; ``grpokit.vision.pretrain``
+``model.name`` loads like any Hugging Face VLM folder (random weights; ``grpokit.families.vision_lm.pretrain``
 gives them the noisy prior).
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from grpokit.vision.procedural import COLOURS, COUNT_WORDS, DIRECTIONS, QUESTIONS, SHAPES
+from grpokit.families.vision_lm.procedural import COLOURS, COUNT_WORDS, DIRECTIONS, QUESTIONS, SHAPES
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
             "<|image_pad|>", "<|video_pad|>", "<unk>"]

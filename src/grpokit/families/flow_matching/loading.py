@@ -1,7 +1,7 @@
 """Which ``model.name`` is a flow-matching image model, loading one, and the load-time checks of a flow run.
 
 A flow model is the embedded name ``tiny-flow`` (built and noisy-prior pretrained by
-:mod:`grpokit.diffusion.flow.pretrain` on first use, cached), a folder holding grpokit's
+:mod:`grpokit.families.flow_matching.pretrain` on first use, cached), a folder holding grpokit's
 ``flow_config.json``, or a grpokit run folder whose newest checkpoint is one. Recognising the name
 needs no diffusers; loading does, and without it the run stops at load time with the one-line
 install hint.
@@ -16,7 +16,7 @@ EMBEDDED_FLOW = {"tiny-flow": "grpokit's tiny class-conditional UNet2DModel flow
 
 
 def _folder(name: str) -> Optional[Path]:
-    from grpokit.diffusion.flow.model import is_flow_folder
+    from grpokit.families.flow_matching.model import is_flow_folder
     from grpokit.trainer.checkpoint import family_folder
 
     return family_folder(name, is_flow_folder)
@@ -36,11 +36,11 @@ def diffusers_missing() -> bool:
 
 def load_flow_model(name: str, device: Any = None) -> tuple[Any, Any]:
     """``(TinyFlowModel, FlowConditions)`` of ``name``; the embedded model is built on first use."""
-    from grpokit.diffusion.flow.model import FlowConditions, TinyFlowModel, require_diffusers
+    from grpokit.families.flow_matching.model import FlowConditions, TinyFlowModel, require_diffusers
 
     require_diffusers()
     if name in EMBEDDED_FLOW:
-        from grpokit.diffusion.flow.pretrain import ensure_tiny_flow
+        from grpokit.families.flow_matching.pretrain import ensure_tiny_flow
 
         folder = ensure_tiny_flow()
     else:
@@ -57,7 +57,7 @@ def flow_problem(cfg: Any) -> Optional[str]:
     """Why a flow-matching run cannot be set up as configured (one line with the fix), or None."""
     if not is_flow_model(cfg.model.name):
         return None
-    from grpokit.diffusion.flow.model import INSTALL_HINT
+    from grpokit.families.flow_matching.model import INSTALL_HINT
 
     if diffusers_missing():
         return f"model.name '{cfg.model.name}': {INSTALL_HINT}"

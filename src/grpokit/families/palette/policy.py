@@ -1,11 +1,11 @@
 """The Co-GRPO policy (image-token masked model + schedule policy) behind grpokit's Policy interface.
 
-See :mod:`grpokit.diffusion.cogrpo` for the MDP, the units and what is inferred. A batch is a
-:class:`~grpokit.policies.masked_diffusion.CanvasBatch`: ``completion_ids`` = the 64 image
+See :mod:`grpokit.families.palette.cogrpo` for the MDP, the units and what is inferred. A batch is a
+:class:`~grpokit.families.masked_diffusion.policy.CanvasBatch`: ``completion_ids`` = the 64 image
 tokens, ``commit_step`` the sampler's record, ``schedule_actions [B, K, 4]`` the schedule actions;
 ``action_mask`` marks the 2K units (K without a stochastic schedule); ``sampling_logp`` holds the
 sampler's own unit log-probs (exact). The embedded model ``tiny-palette-mdm`` is pretrained here
-(:func:`~grpokit.diffusion.palette.pretrain_palette`, about a minute on one thread) on first use.
+(:func:`~grpokit.families.palette.images.pretrain_palette`, about a minute on one thread) on first use.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any, Optional
 
 import torch
 
-from grpokit.diffusion.cogrpo import CoGRPOModel, Schedule, sample_images, step_unit_logp
-from grpokit.diffusion.palette import PALETTE_VOCAB, PaletteTokenizer, build_palette_predictor, pretrain_palette
-from grpokit.policies.base import Capabilities, ModulePolicy, UnitForward
-from grpokit.policies.masked_diffusion import CanvasBatch
+from grpokit.families.palette.cogrpo import CoGRPOModel, Schedule, sample_images, step_unit_logp
+from grpokit.families.palette.images import PALETTE_VOCAB, PaletteTokenizer, build_palette_predictor, pretrain_palette
+from grpokit.families.policy import Capabilities, ModulePolicy, UnitForward
+from grpokit.families.masked_diffusion.policy import CanvasBatch
 from grpokit.rollout.types import RolloutBatch, SamplingParams
 
 EMBEDDED_PALETTE = {"tiny-palette-mdm": "grpokit's class-conditional 8x8 palette mask predictor (noisy prior, built here)"}
@@ -55,7 +55,7 @@ def palette_folder(name: str) -> Path:
     root = os.environ.get("GRPOKIT_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "grpokit")
     folder = Path(root).expanduser() / f"tiny-palette-mdm-{VERSION}"
     if not (folder / PALETTE_VOCAB).is_file():
-        pinned_build("grpokit.diffusion.cogrpo_policy:build_palette", folder)
+        pinned_build("grpokit.families.palette.policy:build_palette", folder)
     log_fingerprint(folder, "tiny-palette-mdm")
     return folder
 
@@ -66,7 +66,7 @@ def build_palette(out: Path, *, seed: int = 0, steps: int = 400) -> Path:
     :func:`palette_folder` runs it in a child process with the CPU numerics pinned
     (:func:`grpokit.model.fingerprint.pinned_build`).
     """
-    from grpokit.diffusion.model import save_mdm
+    from grpokit.families.masked_diffusion.model import save_mdm
     from grpokit.model.fingerprint import record
     from grpokit.model.loading import atomic_folder
 
