@@ -3,6 +3,9 @@
 Every variant (advantage, loss, aggregation, KL estimator, reward, task, …) is a small
 function registered by name. Configs select variants by these names; the trainer never
 branches on a name. Duplicate registration is an error, never a silent overwrite.
+The first lookup on any registry (``get``, ``spec``, ``names``, ``in``, …; never ``register``)
+imports every plugin module once (:func:`grpokit.builtins.load_plugins`: the built-ins, then
+third parties), so no registry module imports its own plugins.
 
 A registration also declares what the trainer must know about the function, instead of
 attributes patched on afterwards:
@@ -76,16 +79,24 @@ class Registry:
 
         return deco
 
+    def _loaded(self) -> dict[str, Spec]:
+        """Every registration, after the built-in and third-party plugins loaded (once: :func:`grpokit.builtins.load_plugins`)."""
+        from grpokit.builtins import load_plugins
+
+        load_plugins()
+        return self._specs
+
     def get(self, name: str) -> Callable[..., Any]:
         """Return the callable registered as ``name``; the error lists the valid names."""
         return self.spec(name).fn
 
     def spec(self, name: str) -> Spec:
         """The :class:`Spec` of ``name`` (callable, inputs, properties)."""
+        specs = self._loaded()
         try:
-            return self._specs[name]
+            return specs[name]
         except KeyError:
-            valid = ", ".join(sorted(self._specs))
+            valid = ", ".join(sorted(specs))
             raise KeyError(f"unknown {self.axis} '{name}'; choose one of: {valid}") from None
 
     def option_names(self, name: str) -> list[str]:
@@ -132,21 +143,21 @@ class Registry:
             raise ValueError(f"{where} {unknown} {'is' if len(unknown) == 1 else 'are'} not an option of {self.axis} '{name}'; valid keys: {shown}")
 
     def names(self) -> list[str]:
-        return sorted(self._specs)
+        return sorted(self._loaded())
 
     def summary(self, name: str) -> str:
         """First line of the docstring of ``name`` (for ``grpokit list``)."""
-        doc = (self._specs[name].fn.__doc__ or "").strip()
+        doc = (self.spec(name).fn.__doc__ or "").strip()
         return doc.splitlines()[0] if doc else ""
 
     def __contains__(self, name: object) -> bool:
-        return name in self._specs
+        return name in self._loaded()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
     def __len__(self) -> int:
-        return len(self._specs)
+        return len(self._loaded())
 
 
 def _option_params(fn: Callable[..., Any]) -> list[inspect.Parameter]:

@@ -44,7 +44,3 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor, *, clamp: bool = False) ->
 def kl_none(logp: torch.Tensor, ref_logp: torch.Tensor | None = None) -> torch.Tensor:
     """No KL term (zeros); no reference model is loaded for it."""
     return torch.zeros_like(logp)
-
-
-# Sequence-level estimators of policies whose units split one sequence log-likelihood (ESPO); last: they import this module.
-import grpokit.algos.espo  # noqa: E402,F401

@@ -3,8 +3,8 @@
 Sign convention: loss = -objective (minimised). Every loss returns
 ``(per_token_loss [B, T], metrics)``; aggregation and the KL term are applied by
 :func:`grpokit.algos.objective.grpo_objective`, so a loss never sees the config.
-Variants live in their own modules (imported at the bottom of this file) and register into
-the same :data:`POLICY_LOSSES` registry.
+Variants live in their own modules (listed in :mod:`grpokit.builtins`, loaded on the first
+lookup) and register into the same :data:`POLICY_LOSSES` registry.
 """
 
 from __future__ import annotations
@@ -155,11 +155,3 @@ def ppo_clip_loss(
         if clip_ratio_c is not None:
             metrics["clip/dual_frac"] = masked_mean(dual.float(), inp.mask)
     return loss, metrics
-
-
-# Variants register into POLICY_LOSSES on import; keep these imports last (they import this module).
-import grpokit.algos.losses_extra  # noqa: E402,F401
-import grpokit.algos.reg_grpo  # noqa: E402,F401
-import grpokit.algos.disco  # noqa: E402,F401
-import grpokit.algos.kdrl  # noqa: E402,F401
-import grpokit.algos.papo  # noqa: E402,F401

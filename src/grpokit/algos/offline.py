@@ -214,6 +214,3 @@ def humanline_kto(
     """
     band = _check_band(log_eps_p, log_eps_r)
     return _kto_loss(inp, beta, num_rows, desirable_weight, undesirable_weight, band)
-
-
-from grpokit.editing import tpsft as _tpsft  # noqa: E402,F401  (registers "tpsft", EtCon's edit objective)

@@ -38,7 +38,3 @@ def demonstration_splits(cfg, splits):
                                  f"data.task '{cfg.task}' ({split} row {i}): {exc}") from None
         out[split] = rows
     return TaskSplits(**out)
-
-
-# Registers the built-in writers; imported last because they use the registry above.
-from grpokit.data import sql_cot  # noqa: E402,F401

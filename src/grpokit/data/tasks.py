@@ -309,16 +309,3 @@ def text_navigation(seed: int, n_train: int, n_heldout: int, *, rooms: int = 2, 
                 "environment": "text_navigation"}
 
     return _sample_splits("text_navigation", seed, n_train, n_heldout, draw, enlarge="room_size")
-
-
-# Registers "text_to_sql"; imported last because it uses the helpers above.
-from grpokit.data import sql_task  # noqa: E402,F401
-# Registers "vision_qa" and "video_qa" (rows with images / video for a vision-language policy).
-from grpokit.families.vision_lm import tasks as _vision_tasks  # noqa: E402,F401
-# Registers "counterfactual_edits" (EtCon's consolidation rows from procedural facts, grpokit.editing).
-from grpokit.editing import task as _edit_task  # noqa: E402,F401
-# Registers the masked-diffusion LM's tasks (mdm_reverse, mdm_sort, mdm_add, mdm_countdown).
-from grpokit.families.masked_diffusion import tasks as _mdm_tasks  # noqa: E402,F401
-from grpokit.families.palette import images as _palette_task  # noqa: E402,F401  (palette_classes, Co-GRPO's image task)
-# Registers "flow_images" (class-conditional image prompts for the flow-matching policy, grpokit.families.flow_matching).
-from grpokit.families.flow_matching import procedural as _flow_tasks  # noqa: E402,F401

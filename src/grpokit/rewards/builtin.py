@@ -276,15 +276,6 @@ def sorted_list(
         scores.append(float(_last_int_list(completion) == expected))
     return scores
 
-from grpokit.rewards import group as _group  # noqa: E402,F401  (registers the group-level rewards)
-from grpokit.rewards import reward_model as _reward_model  # noqa: E402,F401  (registers "rm_score")
-from grpokit.rewards import sql as _sql  # noqa: E402,F401  (registers the SQL execution rewards)
-from grpokit.rewards import crpo as _crpo  # noqa: E402,F401  (registers the CRPO rule rewards)
-from grpokit.rewards import length as _length  # noqa: E402,F401  (registers "length_target")
-from grpokit.rewards import synth as _synth  # noqa: E402,F401  (registers "synth_verify")
-from grpokit.rewards import etcon as _etcon  # noqa: E402,F401  (registers the EtCon consolidation rewards)
-from grpokit.families.flow_matching import rewards as _flow_rewards  # noqa: E402,F401  (registers the image rewards of flow policies)
-
 
 @REWARDS.register("env_return")
 def env_return(prompts: list[str], completions: list[str], env_return: Sequence | None = None, **kwargs: Any) -> list[float]:
