@@ -82,20 +82,14 @@ ONLINE = [p for p in preset_names() if read_preset(p).get("stage", "grpo") == "g
 
 @pytest.mark.parametrize("preset", ONLINE)
 def test_preset_trains_tiny_model_3_steps(preset, tiny_dir, tmp_path, request):
-    from grpokit.families.vision_lm.loading import is_vision_model
+    from grpokit.families import FAMILIES
 
-    if is_vision_model(str(read_preset(preset).get("model", {}).get("name", ""))):  # images / video: a tiny Qwen2-VL
-        tiny_dir = request.getfixturevalue("tiny_vlm_dir")
-    from grpokit.families.masked_diffusion.checks import is_mdm_model
-
-    if is_mdm_model(str(read_preset(preset).get("model", {}).get("name", ""))):  # a random tiny masked-diffusion LM
-        tiny_dir = request.getfixturevalue("tiny_mdm_dir")
-    from grpokit.families.flow_matching.loading import is_flow_model
-
-    if is_flow_model(str(read_preset(preset).get("model", {}).get("name", ""))):  # images from noise: a random tiny UNet
-        tiny_dir = request.getfixturevalue("tiny_flow_dir")
-    if read_preset(preset).get("model", {}).get("name") == "tiny-palette-mdm":  # Co-GRPO: a random palette predictor
-        tiny_dir = request.getfixturevalue("tiny_palette_dir")
+    model = read_preset(preset).get("model", {})
+    family = model.get("family") or FAMILIES.for_name(str(model.get("name", ""))).name
+    fixture = {"vision_lm": "tiny_vlm_dir", "masked_diffusion": "tiny_mdm_dir", "flow_matching": "tiny_flow_dir",
+               "palette": "tiny_palette_dir"}.get(family)  # the family's random tiny model; causal LM: tiny_dir
+    if fixture:
+        tiny_dir = request.getfixturevalue(fixture)
     overrides = TINY + [f"model.name={tiny_dir}", f"logging.output_dir={tmp_path}", "train.steps=3"]
     cfg = load_config(preset=preset, overrides=overrides)
     cfg.rollout.max_new_tokens = 8

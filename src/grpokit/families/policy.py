@@ -34,6 +34,7 @@ class Capabilities:
                                forward per unit (denoising steps)
     prompt_kv_sharing:         a group's rows share one prompt forward in sampling and learning
     condition_override:        ``score`` accepts a transformed condition (PAPO's masked image)
+    visual_input:              the policy conditions on a row's ``images`` / ``video`` columns
     engine:                    what samples: 'hf' (the learner's own module) or an inference engine
                                ('vllm'), whose numerics differ from the learner's at equal weights
     """
@@ -45,6 +46,7 @@ class Capabilities:
     units_share_one_forward: bool = True
     prompt_kv_sharing: bool = True
     condition_override: bool = False
+    visual_input: bool = False
     engine: str = "hf"
 
 

@@ -37,33 +37,26 @@ def _always(cfg: Config) -> Optional[str]:
 
 
 def _capabilities(cfg: Config):
-    """The capabilities the run's policy family declares (vision-language, or the text causal-LM family with its sampler)."""
-    from grpokit.families.causal_lm.policy import CausalLMPolicy
-    from grpokit.families.vision_lm.checks import vision_run
+    """The capabilities the run's policy family declares (``model.family``, else the family that claims ``model.name``)."""
+    return run_family(cfg).capabilities(cfg)
 
-    from grpokit.families.flow_matching.loading import is_flow_model
 
-    if is_flow_model(cfg.model.name):
-        from grpokit.families.flow_matching.policy import FlowMatchingPolicy
+def run_family(cfg: Config, model=None, tokenizer=None):
+    """The run's :class:`~grpokit.families.Family` (of ``model`` when one is passed from Python, else of ``model.name``).
 
-        return FlowMatchingPolicy.capabilities_for()
-    if vision_run(cfg):
-        from grpokit.families.vision_lm.policy import VisionLMPolicy
+    A model no family claims (or two alike) is a one-line RunContractError. With ``model.family:
+    auto`` the family found is written into ``cfg.model.family``, so every later check, the saved
+    config.yaml and a resumed run use the same family.
+    """
+    from grpokit.families import family_of
 
-        return VisionLMPolicy.capabilities_for()
-    from grpokit.families.masked_diffusion.checks import mdm_run
-
-    if mdm_run(cfg):
-        from grpokit.families.masked_diffusion.checks import palette_run
-        from grpokit.families.masked_diffusion.policy import MaskedDiffusionPolicy
-
-        if palette_run(cfg):
-            from grpokit.families.palette.policy import CoGRPOPolicy
-
-            return CoGRPOPolicy.capabilities_for()
-
-        return MaskedDiffusionPolicy.capabilities_for(cfg.diffusion.likelihood)
-    return CausalLMPolicy.capabilities_for(cfg.rollout.backend)
+    try:
+        family = family_of(cfg, model, tokenizer)
+    except ValueError as exc:
+        raise RunContractError(str(exc)) from None
+    if (cfg.model.family or "auto") == "auto":
+        cfg.model.family = family.name
+    return family
 
 
 def _entropy(cfg: Config) -> Optional[str]:
@@ -163,10 +156,10 @@ TRAINER_OPTIONS = {"combiner": ("grad_param_pattern", "grad_micro_batches", "val
 
 def check_run(cfg: Config) -> None:
     """Refuse, in one line, a method whose input nothing produces here or an option its function does not take."""
-    from grpokit.families.flow_matching.loading import flow_problem
     from grpokit.registries import get_registry
 
-    problem = flow_problem(cfg)  # first of all: without diffusers, the one-line install hint
+    family = run_family(cfg)
+    problem = family.requirement_problem(cfg)  # first of all: a missing optional dependency, the one-line install hint
     if problem is not None:
         raise RunContractError(problem)
     for axis, name, where, options in chosen_methods(cfg):
@@ -192,10 +185,8 @@ def check_run(cfg: Config) -> None:
     if cfg.data.demonstrations and cfg.stage != "sft":
         raise RunContractError(f"data.demonstrations '{cfg.data.demonstrations}' writes completions for stage sft; stage '{cfg.stage}' does not read them: set data.demonstrations=null or stage=sft")
     from grpokit.envs.checks import environment_problem
-    from grpokit.families.vision_lm.checks import vision_problem
-    from grpokit.families.masked_diffusion.checks import mdm_problem
 
-    for problem in (environment_problem(cfg), vision_problem(cfg), mdm_problem(cfg)):
+    for problem in (environment_problem(cfg), family.config_problem(cfg)):
         if problem is not None:
             raise RunContractError(problem)
     if cfg.variational.enabled:
@@ -219,14 +210,15 @@ def check_data(cfg: Config, rows: list[dict]) -> None:
             f"variational.enabled needs the reference answer of every training row (its posterior is prompted with it): "
             f"{missing} of {len(rows)} rows have no 'answer' (set data.answer_column to the column that holds it)"
         )
-    from grpokit.families.vision_lm.checks import data_problem
-
-    problem = data_problem(cfg, rows, "aux_logp" in needed_inputs(cfg))
-    if problem is not None:
-        raise RunContractError(problem)
-    from grpokit.families.flow_matching.loading import flow_data_problem
-
-    problem = flow_data_problem(cfg, rows)
+    visual = [i for i, row in enumerate(rows) if row.get("images") or row.get("video") is not None]
+    if visual and not _capabilities(cfg).visual_input:
+        i = visual[0]
+        column = "images" if rows[i].get("images") else "video"
+        raise RunContractError(
+            f"training row {i} has an '{column}' column but model.name '{cfg.model.name}' is a text-only policy: "
+            "use a vision-language model (a Qwen2-VL folder, or tiny-qwen2vl) or drop the column"
+        )
+    problem = run_family(cfg).data_problem(cfg, rows, needed_inputs(cfg))
     if problem is not None:
         raise RunContractError(problem)
     named = sorted({row["environment"] for row in rows if row.get("environment")})

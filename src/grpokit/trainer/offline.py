@@ -34,7 +34,7 @@ from grpokit.registry import Spec, call_with
 from grpokit.rollout.types import RolloutBatch
 from grpokit.trainer import checkpoint as ckpt_io
 from grpokit.trainer import setup
-from grpokit.trainer.inputs import RunContractError
+from grpokit.trainer.inputs import RunContractError, run_family
 from grpokit.trainer.memory import allocate_gradients, tune_malloc
 from grpokit.trainer.metrics import RunLogger
 from grpokit.trainer.progress import StepProgress
@@ -129,6 +129,7 @@ class OfflineTrainer:
         setup.seed_everything(cfg.train.seed)
         self.run_dir = Path(cfg.logging.output_dir)
         self.splits = load_offline_splits(cfg.data, cfg.stage, cfg.environment)  # a row lacking the stage's columns: one line
+        self.family = run_family(cfg, model, tokenizer)  # offline stages need a family with build_offline_policy
         if model is None:
             model, tokenizer = setup.load_policy(cfg)
         elif cfg.model.lora.enabled and not hasattr(model, "peft_config"):
@@ -151,16 +152,9 @@ class OfflineTrainer:
         self.step, self.elapsed = 0, 0.0
 
     def _build_policy(self):
-        from grpokit.families.causal_lm.policy import CausalLMPolicy
-        from grpokit.rollout import make_backend
-
         cfg = self.cfg
-        backend = make_backend(cfg.rollout, self.model, self.tokenizer, seed=cfg.train.seed)  # held-out greedy accuracy
-        return CausalLMPolicy(
-            self.model, self.tokenizer, backend, reference=setup.reference_model(self.model, cfg, self.needs_ref),
-            temperature=1.0,  # the data's own distribution: no sampling temperature in offline log-probs
-            sequence_chunk=cfg.train.sequence_chunk, checkpoint=cfg.train.activation_checkpointing, use_reference=self.needs_ref,
-        )
+        return self.family.build_offline_policy(cfg, self.model, self.tokenizer, reference=setup.reference_model(self.model, cfg, self.needs_ref),
+                                                needs_ref=self.needs_ref)
 
     # ------------------------------------------------------------------ batches
     def _sequences(self, examples: list[Example]) -> tuple[list, list, list, list]:

@@ -55,8 +55,6 @@ def load_flow_model(name: str, device: Any = None) -> tuple[Any, Any]:
 
 def flow_problem(cfg: Any) -> Optional[str]:
     """Why a flow-matching run cannot be set up as configured (one line with the fix), or None."""
-    if not is_flow_model(cfg.model.name):
-        return None
     from grpokit.families.flow_matching.model import INSTALL_HINT
 
     if diffusers_missing():
@@ -88,7 +86,7 @@ def flow_problem(cfg: Any) -> Optional[str]:
 
 def flow_data_problem(cfg: Any, rows: list[dict]) -> Optional[str]:
     """Why the training rows cannot condition the flow policy (they need a ``class_id`` column), or None."""
-    if not is_flow_model(cfg.model.name) or not rows:
+    if not rows:
         return None
     missing = [i for i, row in enumerate(rows) if row.get("class_id") is None]
     if missing:

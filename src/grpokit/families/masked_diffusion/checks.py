@@ -43,11 +43,6 @@ def palette_run(cfg: Config) -> bool:
     return is_palette_model(cfg.model.name)
 
 
-def mdm_run(cfg: Config) -> bool:
-    """A masked-diffusion run: the text MDM (``tiny-mdm`` or its folders) or Co-GRPO's image-token model."""
-    return is_mdm_model(cfg.model.name) or palette_run(cfg)
-
-
 def _unsupported(cfg: Config) -> list[tuple[bool, str, str]]:
     from grpokit.families.masked_diffusion.likelihoods import LIKELIHOODS
 
@@ -74,12 +69,6 @@ def _unsupported(cfg: Config) -> list[tuple[bool, str, str]]:
 def mdm_problem(cfg: Config) -> Optional[str]:
     """Why a masked-diffusion run cannot be set up as configured (or a method needs a unit it lacks), or None."""
     a = cfg.algorithm
-    if not mdm_run(cfg):
-        if a.beta > 0 and a.kl == "seq_k2":
-            return ("algorithm.kl 'seq_k2' needs units that split one sequence log-likelihood (unit_kind 'sequence'), which "
-                    f"model.name '{cfg.model.name}' (per-token log-probs) lacks: use k3 or a masked-diffusion policy with "
-                    "diffusion.likelihood=espo_elbo")
-        return None
     for bad, field, fix in _unsupported(cfg):
         if bad:
             return f"{field} is not supported with the masked-diffusion policy '{cfg.model.name}': {fix}"

@@ -7,16 +7,8 @@ from typing import Optional
 from grpokit.config.schema import Config
 
 
-def vision_run(cfg: Config) -> bool:
-    from grpokit.families.vision_lm.loading import is_vision_model
-
-    return is_vision_model(cfg.model.name)
-
-
 def vision_problem(cfg: Config) -> Optional[str]:
     """Why a vision-language run cannot be set up as configured, or None."""
-    if not vision_run(cfg):
-        return None
     unsupported = [
         (cfg.rollout.backend != "hf", f"rollout.backend={cfg.rollout.backend}", "set rollout.backend=hf"),
         (bool(cfg.environment.name), "environment.name", "multi-turn episodes are text-only: set environment.name=null"),
@@ -33,16 +25,14 @@ def vision_problem(cfg: Config) -> Optional[str]:
     return None
 
 
+def visual_rows(rows: list[dict]) -> list[int]:
+    """Indices of the rows with an ``images`` or ``video`` column."""
+    return [i for i, row in enumerate(rows) if row.get("images") or row.get("video") is not None]
+
+
 def data_problem(cfg: Config, rows: list[dict], needs_aux: bool) -> Optional[str]:
     """Why the training rows cannot feed the run's policy and method, or None (rows are checked, not loaded)."""
-    visual = [i for i, row in enumerate(rows) if row.get("images") or row.get("video") is not None]
-    if not vision_run(cfg):
-        if visual:
-            i = visual[0]
-            column = "images" if rows[i].get("images") else "video"
-            return (f"training row {i} has an '{column}' column but model.name '{cfg.model.name}' is a text-only policy: "
-                    "use a vision-language model (a Qwen2-VL folder, or tiny-qwen2vl) or drop the column")
-        return None
+    visual = visual_rows(rows)
     if needs_aux and not visual:
         return (f"algorithm.loss '{cfg.algorithm.loss}' needs rows with images or video (its perception term compares "
                 "the original and the masked image), and no training row has an 'images' or 'video' column")

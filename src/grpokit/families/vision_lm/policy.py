@@ -195,7 +195,7 @@ class VisionLMPolicy(ModulePolicy):
     @staticmethod
     def capabilities_for(engine: str = "hf") -> Capabilities:
         return Capabilities(unit_kind="token", entropy=True, behaviour_logprobs_exact=True, prompt_kv_sharing=True,
-                            condition_override=True, engine="hf")
+                            condition_override=True, visual_input=True, engine="hf")
 
     def begin_step(self, step: int) -> None:
         self.step = step
