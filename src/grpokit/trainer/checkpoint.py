@@ -55,7 +55,9 @@ def save_checkpoint(
     """Save step ``step`` and delete all but the ``keep`` most recent checkpoints.
 
     ``processors``: more ``save_pretrained`` objects the folder needs to load as a model (a
-    vision-language policy's image processor).
+    vision-language policy's image processor). A LoRA adapter's base model is recorded by the name
+    that loads it on any machine (the embedded name, the Hub id), not by the cache folder of this
+    one that peft would write (``grpokit.model.lora.make_adapter_portable``).
     """
     ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / f"step-{step}"
@@ -68,6 +70,10 @@ def save_checkpoint(
 
         copy.deepcopy(model).merge_and_unload().save_pretrained(tmp / "merged")
     model.save_pretrained(tmp)
+    if (tmp / "adapter_config.json").is_file():
+        from grpokit.model.lora import make_adapter_portable
+
+        make_adapter_portable(tmp)
     tokenizer.save_pretrained(tmp)
     for processor in processors:
         processor.save_pretrained(tmp)
