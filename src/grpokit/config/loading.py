@@ -200,6 +200,11 @@ def from_dict(cls: type, data: dict, prefix: str) -> Any:
             hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; valid keys: {', '.join(fields)}"
             raise ConfigError(f"unknown config key '{where}'{hint}")
         meta = dict(fields[key].metadata)
+        if "normalize" in meta:  # a field that takes several spellings of one value (TRL's report_to)
+            try:
+                value = meta["normalize"](value)
+            except ValueError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
         coerced = _coerce(value, hints[key], where, meta)
         _check(coerced, where, meta)
         kwargs[key] = coerced

@@ -306,6 +306,28 @@ class EvalConfig:
     accuracy_reward: Optional[str] = opt(None, "reward whose value (1 = correct) is the accuracy; null = first reward")
 
 
+def report_to_list(value: Any) -> list:
+    """TRL's ``report_to`` forms as a list: ``"none"`` / ``["none"]`` / null -> ``[]``, ``"all"`` / ``["all"]``
+    -> every installed tracker, ``"x"`` -> ``["x"]`` (transformers ``TrainingArguments.__post_init__``).
+
+    Raises ValueError for "all" or "none" next to tracker names and for a value of another type; the names
+    themselves are checked by the field's choices.
+    """
+    items = [] if value is None else [value] if isinstance(value, str) else value
+    if not isinstance(items, list):
+        raise ValueError(f"give a tracker name (tensorboard, trackio, wandb, all, none) or a list of them, got {value!r}")
+    if items == ["none"]:
+        return []
+    if items == ["all"]:
+        from grpokit.trainer.metrics import BACKEND_PACKAGES, _installed
+
+        return [name for name, (module, _) in BACKEND_PACKAGES.items() if _installed(module)]
+    for word in ("all", "none"):
+        if word in items:
+            raise ValueError(f"{word!r} cannot be combined with tracker names {items}: give {word} alone or the trackers")
+    return items
+
+
 @dataclass
 class LoggingConfig:
     """Where outputs go and how often."""
@@ -316,8 +338,8 @@ class LoggingConfig:
     checkpoint_every: int = opt(20, "save a checkpoint every N steps (0 = only at the end)", ge=0)
     keep_checkpoints: int = opt(2, "how many recent checkpoints to keep", ge=1)
     report_to: list = opt(
-        [], "experiment trackers besides metrics.jsonl (always written), as TRL's report_to: tensorboard, trackio (local SQLite in <output_dir>/trackio), wandb; [] or [none] = none",
-        choices=["none", "tensorboard", "trackio", "wandb"],
+        [], "experiment trackers besides metrics.jsonl (always written), as TRL's report_to: a name or a list of tensorboard, trackio (local SQLite in <output_dir>/trackio), wandb; all = every one installed; none or [] = none",
+        choices=["none", "tensorboard", "trackio", "wandb"], normalize=report_to_list,
     )
     tensorboard: bool = opt(False, "alias of report_to: [tensorboard] (kept for older configs)")
     progress: bool = opt(True, "show a progress bar")
