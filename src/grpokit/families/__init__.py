@@ -138,6 +138,9 @@ class FamilyRegistry:
             family = family() if isinstance(family, type) else family
             if not isinstance(family, Family):
                 raise ValueError(f"model.family '{name}' is a {type(family).__name__}, not a grpokit.families.Family")
+            known = families.get(family.name)
+            if known is not None and type(known) is type(family):  # the same spec named again: the instance registered first
+                return known
             return self.register(family)
         raise ValueError(f"model.family '{name}' is not a registered family; choose auto, one of {', '.join(sorted(families))}, "
                          "or 'module:object' naming a grpokit.families.Family")
