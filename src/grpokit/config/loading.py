@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import types
 import typing
 from importlib import resources
 from pathlib import Path
@@ -62,16 +63,45 @@ def read_yaml(path: str | Path) -> dict:
 def merge(base: dict, override: dict, whole_options: bool = False) -> dict:
     """Recursive dict merge; ``override`` wins, lists are replaced whole.
 
-    With ``whole_options`` (presets building on presets), option bags (``*_options``, ``options``,
-    ``kwargs``) are replaced whole: they belong to the variant the overriding preset chose.
+    A component's options belong to the component: where ``override`` changes a name away from
+    ``base``'s (``name`` with its ``options``, e.g. ``environment.name``, ``reward_combiner.name``;
+    any ``X`` with its ``X_options``, e.g. ``algorithm.loss``, ``data.task``, ``rollout.backend``),
+    ``base``'s options for the old component are dropped, not deep-merged into the new one's
+    (:func:`_component_changes`). With ``whole_options`` (presets building on presets), option
+    bags (``*_options``, ``options``, ``kwargs``) are replaced whole: they belong to the variant the
+    overriding preset chose.
     """
-    out = dict(base)
+    out = _component_changes(dict(base), override)
     for key, value in override.items():
         is_bag = key == "options" or key == "kwargs" or key.endswith("_options")
         if isinstance(value, dict) and isinstance(out.get(key), dict) and not (whole_options and is_bag):
             out[key] = merge(out[key], value, whole_options)
         else:
             out[key] = value
+    return out
+
+
+def _component_changes(out: dict, override: dict) -> dict:
+    """``out`` (a copy of the base) less the options of each component ``override`` renames.
+
+    ``name`` owns ``options`` and ``X`` owns ``X_options``: when ``override[X]`` differs from
+    ``out[X]``, ``out``'s bag goes (``override``'s own bag, if any, is then taken whole). The
+    ``rewards`` list, each with its ``kwargs``, is replaced whole as every list is. And the rows
+    of a built-in task go with the environment they were made for: when ``environment.name``
+    changes and ``override`` names no data source, ``out``'s ``data.task`` becomes null (an
+    environment-only run, :mod:`grpokit.envs.own_episodes`) and its ``task_options`` go.
+    """
+    for key, value in override.items():
+        if isinstance(value, dict) or key not in out or out[key] == value:
+            continue
+        bag = "options" if key == "name" else f"{key}_options"
+        out.pop(bag, None)
+    env, data = override.get("environment"), out.get("data")
+    renamed = isinstance(env, dict) and "name" in env and isinstance(out.get("environment"), dict) \
+        and out["environment"].get("name") not in (None, env["name"])
+    given = override.get("data") if isinstance(override.get("data"), dict) else {}
+    if renamed and isinstance(data, dict) and data.get("task") and not data.get("path") and not ({"task", "path"} & set(given)):
+        out["data"] = {k: v for k, v in data.items() if k != "task_options"} | {"task": None}
     return out
 
 
@@ -109,6 +139,10 @@ def raw_config(path: str | None = None, preset: str | None = None, overrides: li
         data = merge(data, file_data)
     for assignment in overrides:
         data = apply_set(data, assignment)
+    environment, source = data.get("environment") or {}, data.get("data") or {}
+    if isinstance(environment, dict) and environment.get("name") and not ({"task", "path"} & set(source)):
+        # an environment run that names no data source: the environment makes its own episodes (grpokit.envs.own_episodes)
+        data["data"] = {**source, "task": None}
     return data
 
 
@@ -190,6 +224,8 @@ def _check(value: Any, where: str, meta: dict) -> None:
 
 def from_dict(cls: type, data: dict, prefix: str) -> Any:
     """Build dataclass ``cls`` from ``data``; unknown keys and bad values raise ConfigError."""
+    if cls is Config:
+        load_config_plugins(data.get("plugins"))  # before any registry name is checked
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
@@ -216,8 +252,39 @@ def from_dict(cls: type, data: dict, prefix: str) -> Any:
     return obj
 
 
+def load_config_plugins(plugins: Any) -> None:
+    """Import a config's ``plugins`` (module names or ``.py`` paths), after the built-in and entry-point plugins.
+
+    The built-ins load first, so a plugin that registers a name already taken is refused there, naming it.
+    """
+    if plugins is None:
+        return
+    if not isinstance(plugins, list) or not all(isinstance(p, str) and p.strip() for p in plugins):
+        raise ConfigError(f"plugins must be a list of module names or path/to/file.py, got {plugins!r}")
+    from grpokit.builtins import load_plugins
+    from grpokit.plugins import PluginError, load_module
+
+    load_plugins()
+    for i, source in enumerate(plugins):
+        try:
+            load_module(source, f"plugins[{i}] {source!r}")
+        except PluginError as exc:
+            raise ConfigError(str(exc)) from None
+        except Exception as exc:  # a module that imports but fails while registering (e.g. a name already taken)
+            reason = (str(exc).splitlines() or [""])[0]
+            raise ConfigError(f"plugins[{i}] {source!r}: importing it failed: {type(exc).__name__}: {reason}") from exc
+
+
+class _Dumper(yaml.SafeDumper):
+    """YAML of a config that may hold Python objects (an environment class given from Python): each as its 'module:Name'."""
+
+
+for _kind in (type, types.FunctionType):  # classes (any metaclass) and functions
+    _Dumper.add_multi_representer(_kind, lambda dumper, obj: dumper.represent_str(f"{obj.__module__}:{obj.__qualname__}"))
+
+
 def dump_yaml(cfg: Any) -> str:
-    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+    return yaml.dump(to_dict(cfg), Dumper=_Dumper, sort_keys=False)
 
 
 def field_docs(cls: type = Config, prefix: str = "") -> list[tuple[str, str, Any]]:

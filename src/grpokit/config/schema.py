@@ -40,11 +40,16 @@ class LoraConfig:
 
 @dataclass
 class ModelConfig:
-    """Which causal LM is trained and how it is held in memory."""
+    """Which model is trained, by which policy family, and how it is held in memory."""
 
     name: str = opt(
         "smollm2-135m-instruct",
         "embedded model name, a local Hugging Face model folder, or a .gguf file",
+    )
+    family: str = opt(
+        "auto",
+        "policy family (`grpokit list`): auto = the single family that claims model.name (a tie is refused), "
+        "a family name such as causal_lm or vision_lm, or 'module:object' naming a grpokit.families.Family",
     )
     device: str = opt("auto", "where the policy and every tensor of the run live: auto (cuda when present, else cpu), cpu, cuda or cuda:N")
     dtype: str = opt("float32", "parameter dtype (float16 / bfloat16: CUDA; bfloat16 also runs on CPU)", choices=["float32", "bfloat16", "float16"])
@@ -100,7 +105,7 @@ class RolloutConfig:
 class EnvironmentConfig:
     """Multi-turn episodes: the policy acts in an environment that answers each turn (``grpokit.envs``)."""
 
-    name: Optional[str] = opt(None, "registered environment (see `grpokit list`), 'package.module:Class' or 'file.py:Class'; null = single-turn completions. A data row's `environment` column overrides it")
+    name: Any = opt(None, "registered environment (see `grpokit list`), 'package.module:Class' or 'file.py:Class' (the working folder is importable; a gymnasium.Env subclass works as it is), or from Python the class or factory itself; built once at load to check it; null = single-turn completions. A data row's `environment` column overrides it. With no data.task / data.path the environment makes its own episodes (placeholder rows, grpokit.envs.own_episodes): in a config file or --set, naming an environment and no data source means that")
     options: dict = opt({}, "keyword arguments of the environment's constructor")
     max_turns: int = opt(8, "model turns per episode at most (the episode is truncated there)", ge=1)
     max_episode_tokens: int = opt(512, "tokens after the prompt per episode at most, observations included (rollout.max_new_tokens caps each turn)", ge=1)
@@ -351,6 +356,12 @@ class Config:
 
     description: str = opt("", "free text describing the run or preset")
     stage: str = opt("grpo", "what `grpokit train` runs: grpo (online RL) or an offline stage on a dataset of given completions: sft, dpo, kto (`--stage`)", choices=["grpo", "sft", "dpo", "kto"])
+    plugins: list = opt(
+        [], "modules to import when the config loads, before any name is checked, so that what they register "
+        "(families, losses, advantages, rewards, environments, tasks, …) can be named: a module name (importable "
+        "from the working folder) or path/to/file.py (relative to the working folder); installed distributions "
+        "register theirs with a grpokit.plugins entry point instead",
+    )
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"doc": "policy model"})
     data: DataConfig = field(default_factory=DataConfig, metadata={"doc": "prompts"})
     rollout: RolloutConfig = field(default_factory=RolloutConfig, metadata={"doc": "sampling"})
