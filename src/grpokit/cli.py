@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model to evaluate: checkpoint folder, HF folder, .gguf or embedded name")
     p.add_argument("--k", type=int, default=1, help="k > 1 also samples k completions per prompt: mean@k and pass@k (accuracy stays greedy)")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N held-out prompts")
-    sub.add_parser("list", help="registered variants, rewards, tasks and presets")
+    p = sub.add_parser("list", help="registered variants, rewards, tasks, presets and policy families")
+    p.add_argument("--markdown", action="store_true", help="print the docs' markdown tables instead (python -m grpokit.docs_tables)")
     p = sub.add_parser("rm", help="reward models: `grpokit rm train --help`")
     p.add_argument("rm_args", nargs=argparse.REMAINDER, help="train ...")
     from grpokit.synth.cli import add_parser as add_synth_parser
@@ -161,23 +162,19 @@ def _load_for_eval(source: str, dtype: str):
     return load_model(source, dtype=dtype)
 
 
-# Policy families: which model.name selects each, and its module (docs/policies.md).
-POLICY_FAMILIES = {
-    "causal_lm": ("grpokit.families.causal_lm.policy", "text causal LM, units = tokens: the embedded SmolLM2, a model folder or .gguf"),
-    "vision_lm": ("grpokit.families.vision_lm.policy", "Qwen2-VL, units = tokens conditioned on images / video: tiny-qwen2vl or a Qwen2-VL folder"),
-    "masked_diffusion": ("grpokit.families.masked_diffusion.policy", "masked-diffusion LM (LLaDA sampler), units by diffusion.likelihood: "
-                         "stand_in tokens (d1), espo_elbo sequence (ESPO), mask_grpo_step steps: tiny-mdm or an MDM folder"),
-    "masked_diffusion_image": ("grpokit.families.palette.policy", "Co-GRPO: 8x8 palette image tokens + a learned inference "
-                               "schedule, units = MaskGIT steps and schedule actions: tiny-palette-mdm"),
-}
-
-
 def cmd_list(args) -> int:
+    """Every registered name of every axis, every preset and every policy family, with one line each."""
+    if getattr(args, "markdown", False):
+        from grpokit.docs_tables import markdown
+
+        print(markdown())
+        return 0
     from rich.console import Console
     from rich.table import Table
 
     from grpokit.config import preset_names
     from grpokit.config.loading import read_preset
+    from grpokit.families import FAMILIES
     from grpokit.registries import AXES, get_registry
 
     table = Table(title="grpokit: registered names")
@@ -190,8 +187,9 @@ def cmd_list(args) -> int:
             table.add_row(axis, name, reg.summary(name))
     for name in preset_names():
         table.add_row("preset", name, str(read_preset(name).get("description", "")))
-    for family, (module, what) in POLICY_FAMILIES.items():  # chosen by model.name (see docs/policies.md)
-        table.add_row("policy", family, f"{what} ({module})")
+    for family in FAMILIES:  # model.family, or the family that claims model.name (docs/families/)
+        embedded = f" (embedded: {', '.join(family.embedded)})" if family.embedded else ""
+        table.add_row("family", family.name, family.description + embedded)
     Console().print(table)
     return 0
 
@@ -239,6 +237,9 @@ COMMANDS = {"train": cmd_train, "demo": cmd_demo, "eval": cmd_eval, "list": cmd_
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    from grpokit.plugins import working_folder_importable
+
+    working_folder_importable()  # a config's module:Name resolves from the working folder, as under python -m (no PYTHONPATH=.)
     args = build_parser().parse_args(argv)
     if argv is None and args.command in HEAVY_COMMANDS:
         from grpokit.mkl_amd import reexec_with_shim
