@@ -34,8 +34,9 @@ from grpokit.trainer import checkpoint as ckpt_io
 from grpokit.trainer import setup
 from grpokit.trainer.collect import collect_batch
 from grpokit.trainer.combine import RewardCombination
+from grpokit.trainer.context import StepContext
 from grpokit.trainer.evaluation import evaluate_accuracy
-from grpokit.trainer.inputs import RunContractError, check_data, check_run, check_tokenizer, needed_inputs
+from grpokit.trainer.inputs import RunContractError, check_data, check_run, check_tokenizer, needed_inputs, run_family
 from grpokit.trainer.learn_batch import LearnBatch
 from grpokit.trainer.learner import Objective, accumulate_gradients, rows_with_gradient
 from grpokit.trainer.memory import allocate_gradients, release_free_memory, tune_malloc
@@ -52,6 +53,7 @@ class Trainer:
     def __init__(self, cfg: Config, model: Optional[torch.nn.Module] = None, tokenizer: Any = None) -> None:
         if cfg.stage != "grpo":
             raise ValueError(f"stage '{cfg.stage}' trains offline: use grpokit.trainer.offline.OfflineTrainer (grpokit train picks it)")
+        self.family = run_family(cfg, model, tokenizer)  # the policy family: model.family, else the one that claims the model
         check_run(cfg)  # a method without its inputs, or an unknown option key: one line, before anything loads
         tune_malloc(device=setup.check_device(cfg))  # model.device / model.dtype this machine lacks: one line
         self.cfg = cfg
@@ -80,7 +82,7 @@ class Trainer:
         self.needs = needed_inputs(cfg)
         self.loss_spec = get_registry("loss").spec(algo.loss)
         self.needs_ref = "ref_logp" in self.needs
-        self.policy = setup.build_policy(cfg, model, tokenizer, self.learners, self.needs_ref, "teacher_logp" in self.needs)
+        self.policy = setup.build_policy(cfg, self.family, model, tokenizer, self.learners, self.needs_ref, "teacher_logp" in self.needs)
         self.backend = self.policy.backend
         self.splits.train = setup.filter_train_rows(cfg, self)  # data stages that need the initial policy
         self.optimizer = setup.build_optimizer(self.model, cfg.optim)
@@ -97,6 +99,12 @@ class Trainer:
         self.objective = Objective.from_config(cfg, self.loss_spec.fn)
         self.stages = setup.batch_stages(cfg)
         self.update_hooks = setup.update_hooks(cfg)  # run right before every optimizer update
+        self.context = StepContext(  # all that stages, hooks and the reward combination may read of the run
+            cfg=cfg, policy=self.policy, tokenizer=tokenizer, learners=self.learners, judge=self.judge, rewards=self.rewards,
+            heldout=self.splits.heldout, prompt_texts=self._prompt_texts, advantages=self.advantages, correct=self.correct,
+            objective=self.objective, zero_grad=lambda: self.optimizer.zero_grad(set_to_none=True),
+            lr=lambda: self.scheduler.get_last_lr()[0],
+        )
         self.step = 0
         self._step_start = None
         self.logger = RunLogger.for_run(self.run_dir, cfg) if self.learners.is_main else SilentLogger()
@@ -132,12 +140,13 @@ class Trainer:
         """Sample, score, compute advantages and update; returns the step's metrics."""
         t0 = time.perf_counter()
         self._step_start = (self.sampler.state(), ckpt_io.rng_state())
+        self.context.step = self.step
         self.policy.begin_step(self.step)
         batch, scores, metrics = self.learners.on_main(self._collect)  # rank 0 samples, all ranks learn
         t_gen = time.perf_counter() - t0
         lb, adv_metrics = self._learn_batch(batch, scores)
         for stage in self.stages:  # config-listed stages that reshape or annotate the batch
-            lb, stage_metrics = stage(self, lb, scores)
+            lb, stage_metrics = stage(self.context, lb, scores)
             metrics.update(stage_metrics)
         release_free_memory(self.policy.device)  # the decode loop's freed blocks, before the learner's peak
         t1 = time.perf_counter()
@@ -171,7 +180,7 @@ class Trainer:
         """(batch, scores, metrics) of one step: sample, score, and let a curriculum observe the groups."""
         batch, scores, metrics = collect_batch(
             self.cfg, self.policy, self.sampler, self._prompt_texts, self.rewards, self.policy.pad_id,
-            combine=lambda s, b: self.combiner(s, b, self), outcome=self.judge.name,
+            combine=lambda s, b: self.combiner(s, b, self.context), outcome=self.judge.name,
         )
         if hasattr(self.sampler, "observe"):  # curricula learn each prompt's difficulty
             self._observe_groups(batch, scores)
@@ -222,7 +231,7 @@ class Trainer:
             allocate_gradients(list(self.policy.trainable_parameters()))
             learn = accumulate_gradients(self.policy, parts, lb, self.objective)
             learn = self.learners.reduce_metrics(learn, parts, lb.mask)
-            stale = [name for hook in self.update_hooks for name in hook(self, self.updates + 1)]  # pre-update weights
+            stale = [name for hook in self.update_hooks for name in hook(self.context, self.updates + 1)]  # pre-update weights
             learn["grad_norm"] = self._optimizer_step()
             if stale and iteration + 1 < algo.num_iterations:  # a role moved: the batch's next update reads it anew
                 score_inputs(self.policy, lb, parts, [n for n in stale if n in self.needs])
@@ -310,7 +319,7 @@ class Trainer:
             extra={k: v.state_dict() for k, v in self._stateful().items()},
             keep=self.cfg.logging.keep_checkpoints,
             merged=self.cfg.model.lora.save_merged,
-            processors=(self.policy.processor.image_processor,) if hasattr(self.policy, "processor") else (),
+            processors=self.family.checkpoint_extras(self.policy),
         )
 
     def resume(self) -> bool:

@@ -90,46 +90,10 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_st
 
 
 def load_policy(cfg: Config) -> tuple[torch.nn.Module, Any]:
-    """The policy model (with LoRA if enabled) and its tokenizer; a grpokit run folder loads its newest complete checkpoint."""
-    from grpokit.model.loading import EMBEDDED_MODELS, load_model
-    from grpokit.model.lora import apply_lora
-    from grpokit.trainer.checkpoint import model_source
+    """The policy model (with LoRA if enabled) and its tokenizer, loaded by the run's family (a run folder: its newest complete checkpoint)."""
+    from grpokit.families import family_of
 
-    name = cfg.model.name
-    from grpokit.families.flow_matching.loading import is_flow_model
-
-    if is_flow_model(name):  # a flow-matching image model; its "tokenizer" is the condition names
-        from grpokit.families.flow_matching.loading import load_flow_model
-
-        return load_flow_model(name, device=check_device(cfg))
-    from grpokit.families.masked_diffusion.checks import EMBEDDED_MDM, is_mdm_model
-    from grpokit.families.vision_lm.loading import EMBEDDED_VISION, is_vision_model
-
-    from grpokit.families.palette.policy import EMBEDDED_PALETTE, is_palette_model
-
-    if is_palette_model(name):
-        from grpokit.families.palette.policy import load_cogrpo
-
-        d = cfg.diffusion
-        return load_cogrpo(name, d.steps or 8, tuple(d.schedule_knobs), d.schedule_std, d.schedule_lr_scale, device=check_device(cfg))
-    if is_mdm_model(name):
-        from grpokit.families.masked_diffusion.checks import resolve as resolve_mdm
-        from grpokit.families.masked_diffusion.model import load_mdm
-
-        return load_mdm(resolve_mdm(name), device=check_device(cfg))
-
-    if is_vision_model(name):
-        from grpokit.families.vision_lm.loading import load_vision_model
-
-        model, tokenizer, _ = load_vision_model(name, dtype=cfg.model.dtype, device=check_device(cfg))
-        return (apply_lora(model, cfg.model.lora) if cfg.model.lora.enabled else model), tokenizer
-    if name not in EMBEDDED_MODELS and name not in EMBEDDED_VISION and name not in EMBEDDED_MDM and name not in EMBEDDED_PALETTE and not Path(name).expanduser().exists():
-        raise ValueError(f"model.name '{name}' does not exist: give an embedded model ({', '.join(sorted(EMBEDDED_MODELS))}), "
-                         "a model folder, a .gguf file, or a grpokit run folder that an earlier `grpokit train` wrote")
-    model, tokenizer = load_model(model_source(name), dtype=cfg.model.dtype, device=check_device(cfg))  # CUDA: SDPA / flash attention
-    if cfg.model.lora.enabled:
-        model = apply_lora(model, cfg.model.lora)
-    return model, tokenizer
+    return family_of(cfg).load(cfg, check_device(cfg))
 
 
 def reference_model(model: torch.nn.Module, cfg: Config, needed: bool) -> torch.nn.Module | None:
@@ -144,22 +108,6 @@ def reference_model(model: torch.nn.Module, cfg: Config, needed: bool) -> torch.
     for p in ref.parameters():
         p.requires_grad_(False)
     return ref
-
-
-def teacher_model(cfg: Config, tokenizer: Any) -> torch.nn.Module:
-    """The frozen teacher of distillation losses; it must share the policy's vocabulary."""
-    if not cfg.model.teacher:
-        raise ValueError(f"algorithm.loss '{cfg.algorithm.loss}' needs a teacher: set model.teacher")
-    from grpokit.model.loading import load_model
-    from grpokit.trainer.checkpoint import model_source
-
-    source = model_source(cfg.model.teacher)  # a run folder: its newest complete checkpoint
-    teacher, tok = load_model(source, dtype=cfg.model.dtype, device=check_device(cfg))  # follows the policy
-    if tok.get_vocab() != tokenizer.get_vocab():
-        raise ValueError(f"model.teacher '{cfg.model.teacher}' has a different tokenizer from the policy")
-    for p in teacher.parameters():
-        p.requires_grad_(False)
-    return teacher.eval()
 
 
 def check_device(cfg: Config) -> torch.device:
@@ -183,81 +131,10 @@ def place_policy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
     return model
 
 
-def build_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, learners: Any, needs_ref: bool, needs_teacher: bool):
-    """The run's :class:`~grpokit.families.causal_lm.policy.CausalLMPolicy`: sampler, reference and teacher on the policy's device."""
-    from grpokit.families.causal_lm.policy import CausalLMPolicy
-    from grpokit.rollout import make_backend
-    from grpokit.rollout.hf import HFBackend
-    from grpokit.families.vision_lm.loading import VISION_MODEL_TYPES
-
-    if getattr(model, "grpokit_family", None) == "flow":
-        return build_flow_policy(cfg, model, needs_ref)
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if getattr(base.config, "model_type", None) in VISION_MODEL_TYPES:
-        return build_vision_policy(cfg, model, tokenizer, needs_ref)
-    from grpokit.families.masked_diffusion.model import MDMTokenizer
-
-    if isinstance(tokenizer, MDMTokenizer):
-        return build_mdm_policy(cfg, model, tokenizer, needs_ref)
-    from grpokit.families.palette.images import PaletteTokenizer
-
-    if isinstance(tokenizer, PaletteTokenizer):  # Co-GRPO: the image-token model with its schedule policy
-        from grpokit.families.palette.policy import CoGRPOPolicy
-
-        return CoGRPOPolicy(model, tokenizer, reference=reference_model(model, cfg, needs_ref), seed=cfg.train.seed,
-                            use_reference=needs_ref)
-    if learners.is_main:
-        from grpokit.envs.episodes import episode_backend
-
-        # multi-turn: every "completion" is an environment episode
-        backend = episode_backend(make_backend(cfg.rollout, model, tokenizer, seed=cfg.train.seed), cfg)
-    else:  # only rank 0 samples; other learners keep an idle in-process backend for its pad / EOS ids
-        backend = HFBackend(model, tokenizer)
-    teacher = teacher_model(cfg, tokenizer) if needs_teacher else None
-    return CausalLMPolicy(
-        model, tokenizer, backend, reference=reference_model(model, cfg, needs_ref), teacher=teacher,
-        temperature=cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0,
-        sequence_chunk=cfg.train.sequence_chunk, checkpoint=cfg.train.activation_checkpointing, use_reference=needs_ref,
-    )
-
-
-def build_vision_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, needs_ref: bool):
-    """The run's :class:`~grpokit.families.vision_lm.policy.VisionLMPolicy` (processor from ``model.name``'s folder)."""
-    from grpokit.families.vision_lm.policy import VisionLMPolicy
-    from grpokit.families.vision_lm.loading import resolve
-    from grpokit.families.vision_lm.processor import VisionProcessor
-
-    v = cfg.vision
-    processor = VisionProcessor.from_pretrained(resolve(cfg.model.name), tokenizer, too_large=v.too_large)
-    return VisionLMPolicy(
-        model, tokenizer, processor, reference=reference_model(model, cfg, needs_ref), use_reference=needs_ref,
-        temperature=cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0,
-        mask_probability=v.mask_probability, seed=cfg.train.seed, min_frames=v.min_frames,
-    )
-
-
-def build_mdm_policy(cfg: Config, model: torch.nn.Module, tokenizer: Any, needs_ref: bool):
-    """The run's :class:`~grpokit.families.masked_diffusion.policy.MaskedDiffusionPolicy` (sampler and likelihood from ``diffusion``)."""
-    from grpokit.families.masked_diffusion.sampler import SamplerOptions
-    from grpokit.families.masked_diffusion.policy import MaskedDiffusionPolicy
-
-    d = cfg.diffusion
-    options = SamplerOptions(steps=d.steps, block_length=d.block_length, temperature=cfg.rollout.temperature, remasking=d.remasking)
-    return MaskedDiffusionPolicy(
-        model, tokenizer, options, likelihood=d.likelihood, likelihood_options=d.likelihood_options,
-        reference=reference_model(model, cfg, needs_ref), use_reference=needs_ref, seed=cfg.train.seed,
-        temperature=cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0,
-    )
-
-
-def build_flow_policy(cfg: Config, model: torch.nn.Module, needs_ref: bool):
-    """The run's :class:`~grpokit.families.flow_matching.policy.FlowMatchingPolicy` (the SDE sampler of ``cfg.flow``)."""
-    import dataclasses
-
-    from grpokit.families.flow_matching.policy import FlowMatchingPolicy, FlowSettings
-
-    settings = FlowSettings(**dataclasses.asdict(cfg.flow))
-    return FlowMatchingPolicy(model, settings, reference=reference_model(model, cfg, needs_ref), seed=cfg.train.seed)
+def build_policy(cfg: Config, family: Any, model: torch.nn.Module, tokenizer: Any, learners: Any, needs_ref: bool, needs_teacher: bool):
+    """The run's Policy, built by its family, with the frozen reference this setup makes when one is needed."""
+    return family.build_policy(cfg, model, tokenizer, reference=reference_model(model, cfg, needs_ref), needs_ref=needs_ref,
+                               needs_teacher=needs_teacher, learners=learners)
 
 
 def new_state(registry_spec: Any) -> Any:
