@@ -99,7 +99,7 @@ def test_reward_to_go_credit_gives_each_turn_the_reward_from_it_on(tmp_path):
     batch, scores, _ = trainer._collect()
     lb, _ = trainer._learn_batch(batch, scores)
     episode_adv = lb.adv.clone()
-    lb, metrics = trainer.stages[-1](trainer, lb, scores)
+    lb, metrics = trainer.stages[-1](trainer.context, lb, scores)
     assert lb.adv.shape == batch.action_mask.shape and metrics["credit/turn_spread"] > 0
     first = [int(row.nonzero()[0]) for row in batch.action_mask]
     torch.testing.assert_close(lb.adv[torch.arange(len(first)), first], episode_adv)  # turn 0: the episode's GRPO advantage

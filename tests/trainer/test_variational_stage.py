@@ -34,7 +34,7 @@ def stage_output(trainer, seed=1):
     batch, scores, _ = trainer._collect()
     lb, _ = trainer._learn_batch(batch, scores)
     torch.manual_seed(seed)
-    out, metrics = trainer.stages[0](trainer, lb, scores)
+    out, metrics = trainer.stages[0](trainer.context, lb, scores)
     return batch, scores, out, metrics
 
 

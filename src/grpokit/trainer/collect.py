@@ -27,6 +27,7 @@ from grpokit.data.sampler import PromptSampler
 from grpokit.rewards import NamedReward, RewardScores, score_completions
 from grpokit.families.policy import Policy
 from grpokit.rollout.types import RolloutBatch, SamplingParams, concat_batches, renumber_groups
+from grpokit.trainer.context import StepContext
 from grpokit.trainer.learn_batch import LearnBatch
 
 
@@ -70,9 +71,9 @@ class InformativeGroups:
     judged: rows a stage appended after them (self-verifications) keep their own mask.
     """
 
-    def __call__(self, trainer: Any, lb: LearnBatch, scores: RewardScores) -> tuple[LearnBatch, dict[str, float]]:
+    def __call__(self, ctx: StepContext, lb: LearnBatch, scores: RewardScores) -> tuple[LearnBatch, dict[str, float]]:
         n = len(scores.total)
-        keep = informative_rows(scores, lb.rollout.group_ids[:n], trainer.judge.name).to(lb.mask.device)
+        keep = informative_rows(scores, lb.rollout.group_ids[:n], ctx.judge.name).to(lb.mask.device)
         if not bool(keep.all()):
             lb.mask = lb.mask.clone()
             lb.mask[:n] *= keep[:, None].to(lb.mask.dtype)

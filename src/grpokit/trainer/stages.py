@@ -1,6 +1,6 @@
 """Stages that reshape or annotate a step's LearnBatch, enabled by config (``setup.batch_stages``).
 
-Each stage is ``stage(trainer, lb, scores) -> (lb, metrics)`` and produces the inputs that the
+Each stage is ``stage(ctx, lb, scores) -> (lb, metrics)`` and produces the inputs that the
 methods needing them declare (``verif_mask``/``verif_adv``, ``plan_mask``). :class:`ReferenceSync`
 is an update hook instead (``setup.update_hooks``): it keeps a role of the policy in step with
 the optimizer updates (a reference that follows the policy).
@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from grpokit.algos.losses_extra import humanline_should_sync
+from grpokit.trainer.context import StepContext
 from grpokit.trainer.learn_batch import LearnBatch
 from grpokit.trainer.producers import plan_mask
 from grpokit.trainer.verification import verification_step
@@ -21,14 +22,14 @@ from grpokit.trainer.verification import verification_step
 class SelfVerification:
     """One sampled self-verification row per solution, appended to the batch (``verification.*``)."""
 
-    def __call__(self, trainer: Any, lb: LearnBatch, scores: Any) -> tuple[LearnBatch, dict[str, float]]:
+    def __call__(self, ctx: StepContext, lb: LearnBatch, scores: Any) -> tuple[LearnBatch, dict[str, float]]:
         def run():
             return verification_step(
-                trainer.cfg, trainer.backend, lb.rollout, trainer.correct(scores), lb.rewards, lb.adv, lb.token_weights,
-                trainer._prompt_texts, lambda rewards, group_ids: trainer.advantages(rewards, group_ids)[0],
+                ctx.cfg, ctx.backend, lb.rollout, ctx.correct(scores), lb.rewards, lb.adv, lb.token_weights,
+                ctx.prompt_texts, lambda rewards, group_ids: ctx.advantages(rewards, group_ids)[0],
             )
 
-        merged, adv, loss_mask, weights, rewards, verif_mask, metrics = trainer.learners.on_main(run)
+        merged, adv, loss_mask, weights, rewards, verif_mask, metrics = ctx.learners.on_main(run)
         n = len(lb)
         out = LearnBatch(
             rollout=merged, adv=adv, mask=loss_mask, rewards=rewards, behaviour_logp=merged.behaviour_logp,
@@ -43,8 +44,8 @@ class PlanSpans:
     def __init__(self, delimiter: str) -> None:
         self.delimiter = delimiter
 
-    def __call__(self, trainer: Any, lb: LearnBatch, scores: Any) -> tuple[LearnBatch, dict[str, float]]:
-        plan_mask(trainer.tokenizer, lb, self.delimiter, first_step=trainer.step == 0)
+    def __call__(self, ctx: StepContext, lb: LearnBatch, scores: Any) -> tuple[LearnBatch, dict[str, float]]:
+        plan_mask(ctx.tokenizer, lb, self.delimiter, first_step=ctx.step == 0)
         frac = float(lb.plan_mask.sum()) / max(float(lb.mask.sum()), 1.0)
         return lb, {"spans/plan_frac": frac}
 
@@ -75,10 +76,10 @@ class TurnCredit:
             out[i, max(len(turns) - 1, 0)] += rewards[i] - self.env_weight * float(e["env_return"])
         return out
 
-    def __call__(self, trainer: Any, lb: LearnBatch, scores: Any) -> tuple[LearnBatch, dict[str, float]]:
+    def __call__(self, ctx: StepContext, lb: LearnBatch, scores: Any) -> tuple[LearnBatch, dict[str, float]]:
         from grpokit.algos.turn_credit import reward_to_go_advantages
 
-        algo = trainer.cfg.algorithm
+        algo = ctx.cfg.algorithm
         scale = "none" if algo.advantage == "dr_grpo" else algo.scale
         adv = reward_to_go_advantages(self.turn_rewards(lb), lb.rollout.group_ids.to(lb.rewards.device), lb.rollout.action_mask,
                                       gamma=self.gamma, scale=scale, std_mode=algo.std_mode, std_eps=algo.std_eps)
@@ -105,9 +106,9 @@ class ReferenceSync:
     def __init__(self, every: int) -> None:
         self.every = every
 
-    def __call__(self, trainer: Any, update: int) -> list[str]:
+    def __call__(self, ctx: StepContext, update: int) -> list[str]:
         """Sync before 1-based optimizer update ``update`` if it is a sync update; the inputs made stale."""
         if not humanline_should_sync(update, self.every):
             return []
-        trainer.policy.sync_reference()
+        ctx.policy.sync_reference()
         return ["ref_logp"]

@@ -48,6 +48,7 @@ from grpokit.algos.variational import (
 from grpokit.config.schema import Config, VariationalConfig
 from grpokit.rewards import score_completions
 from grpokit.rollout.types import RolloutBatch, SamplingParams, concat_batches, renumber_groups, splice_completions, with_prompts
+from grpokit.trainer.context import StepContext
 from grpokit.trainer.learn_batch import LearnBatch
 from grpokit.trainer.learner import micro_batches
 
@@ -98,12 +99,12 @@ def score_rows(policy: Any, batch: RolloutBatch, size: int) -> torch.Tensor:
     return out * batch.completion_mask
 
 
-def judge_correct(trainer: Any, batch: RolloutBatch) -> torch.Tensor:
+def judge_correct(ctx: StepContext, batch: RolloutBatch) -> torch.Tensor:
     """``[B]`` bool on the batch's device: the run's accuracy judge scored the completion correct (value >= 1)."""
-    t = trainer.cfg.train
-    scores = score_completions([trainer.judge], batch.prompts, batch.completions, batch.columns(), on_error=t.on_reward_error,
+    t = ctx.cfg.train
+    scores = score_completions([ctx.judge], batch.prompts, batch.completions, batch.columns(), on_error=t.on_reward_error,
                                group_ids=batch.group_ids.tolist(), timeout_s=t.reward_timeout_s)
-    return (scores.per_reward[trainer.judge.name].nan_to_num(0.0) >= 1.0).to(batch.device)
+    return (scores.per_reward[ctx.judge.name].nan_to_num(0.0) >= 1.0).to(batch.device)
 
 
 def hint_fraction(tokenizer: Any, batch: RolloutBatch) -> float:
@@ -146,29 +147,29 @@ class VariationalPosterior:
         self.cfg = cfg
         self.template = hint_template(cfg.hint_template)
 
-    def __call__(self, trainer: Any, lb: LearnBatch, scores: Any) -> tuple[LearnBatch, dict[str, float]]:
-        return trainer.learners.on_main(lambda: self.rows(trainer, lb, trainer.correct(scores)))
+    def __call__(self, ctx: StepContext, lb: LearnBatch, scores: Any) -> tuple[LearnBatch, dict[str, float]]:
+        return ctx.learners.on_main(lambda: self.rows(ctx, lb, ctx.correct(scores)))
 
-    def rows(self, trainer: Any, lb: LearnBatch, correct: torch.Tensor) -> tuple[LearnBatch, dict[str, float]]:
+    def rows(self, ctx: StepContext, lb: LearnBatch, correct: torch.Tensor) -> tuple[LearnBatch, dict[str, float]]:
         """(the batch with both kinds of rows appended, metrics); ``correct [B]``: the judge on the step's samples."""
         batch = lb.rollout
         first = first_rows(batch.group_ids)
         questions = [batch.rows[i] for i in first.values()]
         hinted = [{**row, "prompt": self.template.format(question=row["prompt"], answer=row["answer"])} for row in questions]
-        r = trainer.cfg.rollout
+        r = ctx.cfg.rollout
         params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, min_new_tokens=r.min_new_tokens)
-        q_batch = trainer.policy.sample(trainer._prompt_texts(hinted), hinted, self.cfg.num_traces, params)  # group g = question g
-        post, w, pi_hat, metrics = self.posterior_rows(trainer, batch, list(first.values()), q_batch)
+        q_batch = ctx.policy.sample(ctx.prompt_texts(hinted), hinted, self.cfg.num_traces, params)  # group g = question g
+        post, w, pi_hat, metrics = self.posterior_rows(ctx, batch, list(first.values()), q_batch)
         parts = [(post, w, pi_hat)]
         if self.cfg.posterior_kl:
-            kl_part, kl_metrics = self.forward_kl_rows(trainer, batch, first, q_batch, correct.to(batch.device))
+            kl_part, kl_metrics = self.forward_kl_rows(ctx, batch, first, q_batch, correct.to(batch.device))
             parts += [kl_part] if kl_part is not None else []
             metrics.update(kl_metrics)
-        return append_rows(lb, parts, trainer.policy.pad_id, len(first), trainer.cfg.algorithm.mask_truncated), metrics
+        return append_rows(lb, parts, ctx.policy.pad_id, len(first), ctx.cfg.algorithm.mask_truncated), metrics
 
-    def posterior_rows(self, trainer: Any, batch: RolloutBatch, first: list[int], q_batch: RolloutBatch):
+    def posterior_rows(self, ctx: StepContext, batch: RolloutBatch, first: list[int], q_batch: RolloutBatch):
         """(posterior rows under the plain prompt, their weights ρ̃ [nK], π̂ [nK], metrics) — steps (b) and (c)."""
-        policy, size = trainer.policy, trainer.cfg.train.micro_batch_size
+        policy, size = ctx.policy, ctx.cfg.train.micro_batch_size
         src = [first[g] for g in q_batch.group_ids.tolist()]  # the step's row holding each trace's question
         index = torch.tensor(src, dtype=torch.long, device=batch.device)
         plain = with_prompts(q_batch, batch.prompt_ids[index], batch.prompt_mask[index], [batch.prompts[i] for i in src],
@@ -177,8 +178,8 @@ class VariationalPosterior:
         if self.cfg.estimator == "gml":
             keep = (q_batch.completion_mask.sum(-1) - (~q_batch.truncated).long()).tolist()  # the trace without its EOS
             texts = [self.cfg.answer_template.format(answer=row["answer"]) for row in plain.rows]
-            eos = trainer.backend.eos_ids[0]
-            suffixes = [trainer.tokenizer(t, add_special_tokens=False).input_ids + [eos] for t in texts]
+            eos = ctx.backend.eos_ids[0]
+            suffixes = [ctx.tokenizer(t, add_special_tokens=False).input_ids + [eos] for t in texts]
             plain, answer_mask = splice_completions(plain, keep, suffixes, [c + t for c, t in zip(plain.completions, texts)],
                                                     policy.pad_id)
         pi_logp = score_rows(policy, plain, size)  # log π_θ(z|x) (and of the answer after it): the plain prompt
@@ -187,7 +188,7 @@ class VariationalPosterior:
             log_pi_hat = gml_log_likelihood(pi_logp, answer_mask)
         else:
             trace_mask = plain.completion_mask
-            log_pi_hat = acc_log_likelihood(judge_correct(trainer, plain))
+            log_pi_hat = acc_log_likelihood(judge_correct(ctx, plain))
         log_ratio = trace_log_ratio(pi_logp, trace_mask, q_logp, q_batch.completion_mask)
         log_rho = log_importance_weights(log_pi_hat, log_ratio)
         w, w_metrics = trace_weights(log_rho, plain.group_ids, self.cfg.selection)
@@ -201,13 +202,13 @@ class VariationalPosterior:
             "variational/weight_max": float(w.max()) if len(w) else 0.0,
             "variational/log_ratio_mean": float(log_ratio.mean()),
             "variational/pi_hat_mean": float(log_pi_hat.exp().mean()),
-            "variational/hint_in_prompt": hint_fraction(trainer.tokenizer, q_batch),
+            "variational/hint_in_prompt": hint_fraction(ctx.tokenizer, q_batch),
         }
         if bool(torch.isfinite(bound).any()):
             metrics["variational/iwae_bound"] = float(bound[torch.isfinite(bound)].mean())
         return plain, w, log_pi_hat.exp(), metrics
 
-    def forward_kl_rows(self, trainer: Any, batch: RolloutBatch, first: dict[int, int], q_batch: RolloutBatch,
+    def forward_kl_rows(self, ctx: StepContext, batch: RolloutBatch, first: dict[int, int], q_batch: RolloutBatch,
                         correct: torch.Tensor):
         """((the step's correct samples under the hinted prompt, weights 1[correct]/#correct, rewards), metrics) — step (d)."""
         w_all = forward_kl_weights(correct.float(), batch.group_ids)  # [B]
@@ -222,7 +223,7 @@ class VariationalPosterior:
         sub = with_prompts(sub, q_batch.prompt_ids[index], q_batch.prompt_mask[index], [q_batch.prompts[i] for i in src],
                            [q_batch.rows[i] for i in src])
         sub.group_ids = renumber_groups(sub.group_ids)
-        q_logp = score_rows(trainer.policy, sub, trainer.cfg.train.micro_batch_size)  # log q_φ(z|x, y*)
+        q_logp = score_rows(ctx.policy, sub, ctx.cfg.train.micro_batch_size)  # log q_φ(z|x, y*)
         sub.sampling_logp = q_logp  # the learner's own log-probs (see posterior_rows)
         tokens = sub.completion_mask.sum().clamp(min=1)
         metrics = {"variational/q_rows": float(len(sub)), "variational/q_nll": float(-(q_logp.sum()) / tokens)}
