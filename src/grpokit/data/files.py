@@ -156,7 +156,16 @@ def load_rows(
     count from 0.
     """
     file = Path(path)
-    raw = _read_any(file, split)
+    return normalise_rows(_read_any(file, split), file, prompt_column, answer_column)
+
+
+def normalise_rows(
+    raw: list[dict], file: Any, prompt_column: str = "prompt", answer_column: str | None = "answer"
+) -> list[dict]:
+    """:func:`load_rows` on rows already in memory (a ``datasets.Dataset``'s ``to_list()``, a list of dicts).
+
+    ``file`` only names the source in errors (a path, or e.g. ``"train_dataset"``).
+    """
     if not raw:
         raise DataError(f"{file}: no rows found")
     rows: list[dict] = []
@@ -186,6 +195,19 @@ def load_rows(
             row["answer"] = str(answer)
         rows.append(row)
     return rows
+
+
+def in_memory_rows(data: Any, name: str, prompt_column: str = "prompt", answer_column: str | None = "answer") -> list[dict]:
+    """:func:`normalise_rows` of a ``datasets.Dataset`` or a list of dicts (``name`` names it in errors)."""
+    if hasattr(data, "keys") and hasattr(data, "column_names") and not hasattr(data, "to_list"):  # a DatasetDict
+        raise DataError(f"{name} is a DatasetDict with splits {list(data.keys())}: pass one split, e.g. {name}['train']")
+    if hasattr(data, "to_list"):
+        raw = data.to_list()
+    elif isinstance(data, (list, tuple)) and all(isinstance(r, dict) for r in data):
+        raw = list(data)
+    else:
+        raise DataError(f"{name} is a {type(data).__name__}: give a datasets.Dataset or a list of dicts with a '{prompt_column}' key")
+    return normalise_rows(raw, name, prompt_column, answer_column)
 
 
 def visual_key(row: dict) -> str:

@@ -48,9 +48,34 @@ log = logging.getLogger(__name__)
 
 
 class Trainer:
-    """Wires the stages of a run; holds no algorithm logic of its own."""
+    """Wires the stages of a run; holds no algorithm logic of its own.
 
-    def __init__(self, cfg: Config, model: Optional[torch.nn.Module] = None, tokenizer: Any = None) -> None:
+    The native Python API (``grpokit.Trainer``; TRL's argument names: ``grpokit.GRPOTrainer``)::
+
+        trainer = Trainer(config, model=None, tokenizer=None, dataset=None, eval_dataset=None,
+                          rewards=None, environment=None)
+        trainer.train(resume=False)   # the whole run: evals, steps, checkpoints, report
+        trainer.train_step()          # or one step at a time: metrics of the step
+        trainer.save()                # a checkpoint of the current step under output_dir/checkpoints
+        trainer.evaluate("after")     # held-out accuracy (rows with an answer)
+        trainer.resume()              # load the latest checkpoint of output_dir
+
+    ``config``: a :class:`~grpokit.config.schema.Config` (``grpokit.load_config``). ``model`` /
+    ``tokenizer``: a loaded ``PreTrainedModel`` and its tokenizer (None: ``model.name`` is loaded).
+    ``dataset`` / ``eval_dataset``: a ``datasets.Dataset`` or list of dicts, TRL's standard or
+    conversational prompt format (None: ``data.task`` / ``data.path``). ``rewards``: a list of
+    reward names, :class:`~grpokit.config.schema.RewardConfig` or callables with TRL's reward
+    signature ``f(prompts, completions, completion_ids, **columns)`` (None: ``config.rewards``).
+    ``environment``: a registered environment name, ``"module:Class"``, or an importable class
+    (None: ``environment.name``).
+    """
+
+    def __init__(self, cfg: Config, model: Optional[torch.nn.Module] = None, tokenizer: Any = None, *, dataset: Any = None,
+                 eval_dataset: Any = None, rewards: Optional[list] = None, environment: Any = None) -> None:
+        if environment is not None:
+            cfg.environment.name = setup.environment_name(environment)
+        if rewards is not None:
+            cfg.rewards = setup.reward_configs(rewards)  # names and options stay in the config; callables are held apart
         if cfg.stage != "grpo":
             raise ValueError(f"stage '{cfg.stage}' trains offline: use grpokit.trainer.offline.OfflineTrainer (grpokit train picks it)")
         self.family = run_family(cfg, model, tokenizer)  # the policy family: model.family, else the one that claims the model
@@ -61,12 +86,12 @@ class Trainer:
             torch.set_num_threads(cfg.model.threads)
         setup.seed_everything(cfg.train.seed)
         self.run_dir = Path(cfg.logging.output_dir)
-        self.splits = setup.build_splits(cfg.data)
+        self.splits = setup.build_splits(cfg.data, dataset, eval_dataset)
         check_data(cfg, self.splits.train)  # a method's input from a data column the rows lack: one line
         problem = rows_problem(cfg, {"train": self.splits.train, "heldout": self.splits.heldout})
         if problem:  # rows the environment cannot start an episode from: one line, before the model loads
             raise RunContractError(problem)
-        self.rewards = setup.build_rewards(cfg.rewards)
+        self.rewards = setup.build_rewards(cfg.rewards if rewards is None else rewards)
         self.judge = setup.accuracy_judge(cfg, self.rewards)
         if model is None:
             model, tokenizer = setup.load_policy(cfg)
@@ -106,6 +131,7 @@ class Trainer:
             lr=lambda: self.scheduler.get_last_lr()[0],
         )
         self.step = 0
+        self.elapsed = 0.0  # wall time of the training loop so far; train() and resume() set it, save() records it
         self._step_start = None
         self.logger = RunLogger.for_run(self.run_dir, cfg) if self.learners.is_main else SilentLogger()
 

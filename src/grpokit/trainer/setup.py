@@ -25,12 +25,30 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_splits(cfg: DataConfig) -> TaskSplits:
-    """Train and held-out rows from a built-in task or from user files."""
+def build_splits(cfg: DataConfig, dataset: Any = None, eval_dataset: Any = None) -> TaskSplits:
+    """Train and held-out rows from a Python dataset, a built-in task or user files.
+
+    ``dataset`` / ``eval_dataset`` (the native API's ``Trainer(dataset=...)``): a
+    ``datasets.Dataset`` or a list of dicts in TRL's standard (``{"prompt": str}``) or
+    conversational (``{"prompt": [messages]}``) format, read as a data file's rows are
+    (``data.prompt_column``, ``data.answer_column``); without ``eval_dataset`` the held-out rows
+    are split off as from ``data.path`` (``data.heldout_fraction``).
+    """
+    if dataset is not None:
+        from grpokit.data.files import in_memory_rows, split_rows
+
+        rows = in_memory_rows(dataset, "dataset", cfg.prompt_column, cfg.answer_column)
+        if eval_dataset is None:
+            return split_rows(rows, cfg.heldout_fraction, cfg.seed, source="the dataset given to Trainer")
+        return TaskSplits(train=rows, heldout=in_memory_rows(eval_dataset, "eval_dataset", cfg.prompt_column, cfg.answer_column))
+    if eval_dataset is not None:
+        raise ValueError("Trainer(eval_dataset=...) needs dataset=... too (the training rows)")
     if cfg.path:  # one INFO line counts the rows, the duplicates dropped and the rows held out
         return file_splits(cfg)
-    if not cfg.task:
-        raise ValueError("data: set either data.task (a built-in task) or data.path (a dataset file)")
+    if not cfg.task:  # an environment that makes its own episodes; without environment.name, rows_problem refuses these
+        from grpokit.envs.own_episodes import episode_splits
+
+        return episode_splits(cfg.n_train, cfg.n_heldout)
     task = TASKS.get(cfg.task)
     kwargs = dict(seed=cfg.seed, n_train=cfg.n_train, n_heldout=cfg.n_heldout, **cfg.task_options)
     try:  # check the options only, so a TypeError inside the task is not blamed on them
@@ -44,13 +62,30 @@ def render_all(tokenizer: Any, rows: list[dict], system_prompt: str | None) -> l
     return [render_prompt(tokenizer, row["prompt"], system_prompt) for row in rows]
 
 
-def build_rewards(cfgs: list[RewardConfig]) -> list[NamedReward]:
-    """Resolve each reward spec and bind its kwargs; names are unique within a run."""
+def build_rewards(cfgs: list) -> list[NamedReward]:
+    """Resolve each reward spec and bind its kwargs; names are unique within a run.
+
+    An item is a :class:`RewardConfig`, a reward name / ``"module:function"`` string, or (the
+    native API's ``Trainer(rewards=[...])``) a Python callable with TRL's reward signature
+    ``f(prompts, completions, completion_ids, **columns)``, reported under its ``__name__`` as
+    TRL's ``rewards/<name>/mean`` and weighted 1, or a :class:`NamedReward` taken as it is.
+    """
     if not cfgs:
         raise ValueError("rewards: give at least one reward function")
     out: list[NamedReward] = []
     seen: dict[str, int] = {}
     for i, rc in enumerate(cfgs):
+        if isinstance(rc, str):
+            rc = RewardConfig(name=rc)
+        if isinstance(rc, NamedReward) or callable(rc):
+            named = rc if isinstance(rc, NamedReward) else NamedReward(name=getattr(rc, "__name__", type(rc).__name__), fn=rc)
+            seen[named.name] = seen.get(named.name, 0) + 1
+            if seen[named.name] > 1:
+                named = NamedReward(f"{named.name}_{seen[named.name]}", named.fn, named.weight, named.text_only)
+            out.append(named)
+            continue
+        if not isinstance(rc, RewardConfig) or not isinstance(rc.name, str):
+            raise TypeError(f"rewards[{i}] is a {type(rc).__name__}: give a reward name, a RewardConfig or a callable f(prompts, completions, **columns)")
         fn = resolve_reward(rc.name)
         check_reward_options(rc.name, fn, rc.kwargs, f"rewards[{i}].kwargs")  # a typo in an option: one line, at load
         base = rc.name.split(":")[-1] if ":" in rc.name else rc.name
@@ -59,6 +94,36 @@ def build_rewards(cfgs: list[RewardConfig]) -> list[NamedReward]:
         bound = functools.partial(fn, **rc.kwargs) if rc.kwargs else fn
         out.append(NamedReward(name=name, fn=bound, weight=rc.weight, text_only=is_builtin(rc.name)))
     return out
+
+
+def reward_configs(rewards: list) -> list[RewardConfig]:
+    """The config entries of ``Trainer(rewards=[...])``: names as given, a callable as ``"module:qualname"`` (where it came from)."""
+    if not isinstance(rewards, (list, tuple)) or not rewards:
+        raise TypeError("Trainer(rewards=...) takes a non-empty list of reward names, RewardConfigs or callables")
+    out = []
+    for item in rewards:
+        fn = item.fn if isinstance(item, NamedReward) else item
+        if isinstance(item, RewardConfig):
+            out.append(item)
+        elif isinstance(item, str):
+            out.append(RewardConfig(name=item))
+        elif callable(fn):
+            name = item.name if isinstance(item, NamedReward) else getattr(fn, "__qualname__", type(fn).__name__)
+            out.append(RewardConfig(name=f"{getattr(fn, '__module__', None) or 'python'}:{name}", weight=getattr(item, "weight", 1.0)))
+        else:
+            raise TypeError(f"Trainer(rewards=...): {item!r} is not a reward name, a RewardConfig or a callable")
+    return out
+
+
+def environment_name(environment: Any) -> str:
+    """``environment.name`` of ``Trainer(environment=...)``: a name as given, an importable class as ``"module:Class"``."""
+    if isinstance(environment, str):
+        return environment
+    module, name = getattr(environment, "__module__", None), getattr(environment, "__qualname__", "")
+    if not module or module == "__main__" or "<locals>" in name:
+        raise TypeError(f"Trainer(environment={environment!r}): give a registered name, 'module:Class' or a class defined in an importable module "
+                        "(each episode builds its own instance from the name)")
+    return f"{module}:{name}"
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
