@@ -1,0 +1,280 @@
+"""``GRPOTrainer``: TRL 1.16's GRPOTrainer interface, driving grpokit's native :class:`~grpokit.trainer.loop.Trainer`.
+
+The TRL GRPO quickstart (https://huggingface.co/docs/trl/grpo_trainer#quick-start) runs with only
+its import line changed::
+
+    from grpokit import GRPOConfig, GRPOTrainer
+
+    trainer = GRPOTrainer(model="smollm2", reward_funcs=reward_len, args=GRPOConfig(output_dir="out"),
+                          train_dataset=dataset)
+    trainer.train()
+
+Arguments as TRL's: ``model`` (a Hub id in the local cache, a local folder, ``"smollm2"``, or a
+``PreTrainedModel``), ``reward_funcs`` (a callable ``f(prompts, completions, completion_ids,
+**columns)``, a reward-model folder string, or a list of them; see :mod:`grpokit.api.sources`),
+``args`` (:class:`~grpokit.api.trl_args.GRPOConfig`), ``train_dataset`` / ``eval_dataset``
+(``datasets.Dataset`` or a list of dicts, standard ``{"prompt": str}`` or conversational
+``{"prompt": [messages]}``), ``processing_class``, ``reward_processing_classes``, ``callbacks``
+(``transformers.TrainerCallback`` classes or instances), ``peft_config`` (applied with
+``peft.get_peft_model``, as TRL). ``optimizers``, ``quantization_config``, ``tools``,
+``rollout_func`` and ``environment_factory`` are refused when given (grpokit builds its AdamW
+itself; environments: ``args.grpokit={"environment.name": ...}``).
+
+Methods: ``train(resume_from_checkpoint=None)`` (a ``TrainOutput``), ``evaluate()`` (TRL's
+``eval_reward`` ... on ``eval_dataset``), ``save_model(dir)`` (a folder ``from_pretrained`` loads),
+``state.log_history`` (TRL's metric names, :data:`TRL_NAMES`), and ``.native`` (the grpokit
+Trainer: its policy, config and checkpoints). Step counts are TRL's: ``state.global_step``
+counts optimizer steps, ``num_iterations`` per grpokit step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Optional
+
+from grpokit.api.sources import SourceError, resolve_model_name, reward_from_string
+from grpokit.api.trl_args import GRPOConfig, UnsupportedArgument
+
+# grpokit metric -> TRL 1.16's name for the same quantity (``_metrics[mode][...]`` in grpo_trainer.py)
+TRL_NAMES = {
+    "loss": "loss", "grad_norm": "grad_norm", "lr": "learning_rate", "reward/mean": "reward", "reward/std": "reward_std",
+    "adv/zero_var_frac": "frac_reward_zero_std", "completion_len/mean": "completions/mean_length",
+    "completion_len/max": "completions/max_length", "truncated_frac": "completions/clipped_ratio", "kl": "kl",
+    "rollout/entropy": "entropy", "clip/low_frac": "clip_ratio/low_mean", "clip/high_frac": "clip_ratio/high_mean",
+    "clip/frac": "clip_ratio/region_mean",
+}
+
+
+def trl_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """One step's metrics under TRL's names (``reward/<f>/mean`` -> ``rewards/<f>/mean``); the rest keep grpokit's."""
+    out = {}
+    for key, value in metrics.items():
+        if key in TRL_NAMES:
+            out[TRL_NAMES[key]] = value
+        elif key.startswith("reward/") and key.endswith(("/mean", "/std")):
+            out["rewards/" + key[len("reward/"):]] = value
+        elif key != "entropy":  # the learner's entropy covers only the rows it learned; TRL's covers every completion
+            out[key] = value
+    return out
+
+
+def window_mean(window: list[dict[str, float]]) -> dict[str, float]:
+    """Mean of each metric over the logging window, NaN values left out (TRL's ``log``)."""
+    keys = dict.fromkeys(k for m in window for k in m)
+    out = {}
+    for key in keys:
+        valid = [m[key] for m in window if key in m and not math.isnan(m[key])]
+        out[key] = sum(valid) / len(valid) if valid else None
+    return out
+
+
+class GRPOTrainer:
+    """TRL's ``GRPOTrainer`` arguments and methods over grpokit's native Trainer (see the module docstring)."""
+
+    def __init__(self, model: Any, reward_funcs: Any = None, args: Optional[GRPOConfig] = None, train_dataset: Any = None,
+                 eval_dataset: Any = None, processing_class: Any = None, reward_processing_classes: Any = None,
+                 callbacks: Optional[list] = None, optimizers: tuple = (None, None), quantization_config: Any = None,
+                 peft_config: Any = None, tools: Any = None, rollout_func: Any = None, environment_factory: Any = None) -> None:
+        from transformers import TrainerControl, TrainerState
+
+        for name, value in (("optimizers", None if optimizers == (None, None) else optimizers), ("quantization_config", quantization_config),
+                            ("tools", tools), ("rollout_func", rollout_func), ("environment_factory", environment_factory)):
+            if value is not None:
+                raise UnsupportedArgument(f"GRPOTrainer({name}=...): grpokit cannot honour it; remove it "
+                                          "(native environments, tools and optimizers: args.grpokit={...}, see `grpokit list`)")
+        if reward_funcs is None:
+            raise UnsupportedArgument("GRPOTrainer(reward_funcs=None): give a reward function (TRL's environment-only runs are not supported)")
+        self.args = args if args is not None else GRPOConfig(output_dir="trainer_output")
+        if isinstance(eval_dataset, dict) and not hasattr(eval_dataset, "to_list"):
+            raise UnsupportedArgument("GRPOTrainer(eval_dataset={...}): give one eval dataset (grpokit evaluates one set)")
+        rows = self._rows(train_dataset, "train_dataset")
+        eval_rows = self._rows(eval_dataset, "eval_dataset") if eval_dataset is not None else None
+        cfg = self.args.to_native(len(rows))
+        model, tokenizer = self._policy(model, processing_class, peft_config, cfg)
+        rewards = self._rewards(reward_funcs, reward_processing_classes)
+        from grpokit.trainer.loop import Trainer
+
+        self.native = Trainer(cfg, model, tokenizer, dataset=rows, eval_dataset=eval_rows, rewards=rewards)
+        if self.args.disable_dropout:
+            import torch
+
+            for module in self.native.model.modules():
+                if isinstance(module, torch.nn.Dropout):
+                    module.p = 0.0
+        self.model, self.processing_class = self.native.model, self.native.tokenizer
+        self.reward_func_names = [r.name for r in self.native.rewards]
+        self.state, self.control = TrainerState(), TrainerControl()
+        self.state.max_steps = cfg.train.steps * cfg.algorithm.num_iterations
+        self.state.logging_steps, self.state.save_steps = self.args.logging_steps, self.args.save_steps
+        self.callbacks = [cb() if isinstance(cb, type) else cb for cb in callbacks or []]
+        self._n_rows = len(self.native.splits.train)
+        self._event("on_init_end")
+
+    # ------------------------------------------------------------------ inputs
+    def _rows(self, dataset: Any, name: str) -> list[dict]:
+        if dataset is None:
+            raise UnsupportedArgument(f"GRPOTrainer({name}=None): give a datasets.Dataset or a list of dicts with a 'prompt' column")
+        if hasattr(dataset, "to_list"):
+            rows = dataset.to_list()
+        elif isinstance(dataset, list):
+            rows = list(dataset)
+        else:
+            raise UnsupportedArgument(f"GRPOTrainer({name}={type(dataset).__name__}): give a datasets.Dataset or a list of dicts "
+                                      "(an IterableDataset has no length to count epochs by)")
+        if self.args.remove_unused_columns:  # TRL: only the prompt reaches the rewards
+            rows = [{"prompt": row.get("prompt")} for row in rows]
+        return rows
+
+    def _policy(self, model: Any, tokenizer: Any, peft_config: Any, cfg: Any) -> tuple[Any, Any]:
+        """(model, tokenizer): a string is loaded by grpokit's loader, an object is taken as it is; LoRA as TRL applies it."""
+        from grpokit.trainer import setup
+
+        if isinstance(model, str):
+            cfg.model.name = resolve_model_name(model)
+            if peft_config is None and tokenizer is None:
+                return None, None  # the native Trainer loads model.name
+            model, loaded = setup.load_policy(cfg)
+            tokenizer = tokenizer or loaded
+        elif tokenizer is None:
+            source = getattr(model, "name_or_path", "") or getattr(getattr(model, "config", None), "_name_or_path", "")
+            try:
+                from transformers import AutoTokenizer
+
+                tokenizer = AutoTokenizer.from_pretrained(resolve_model_name(source), local_files_only=True)
+            except (OSError, ValueError, SourceError):
+                raise UnsupportedArgument("GRPOTrainer(model=<PreTrainedModel>): pass processing_class=<its tokenizer> "
+                                          f"(none found offline for '{source}')") from None
+        if peft_config is not None:
+            from peft import get_peft_model
+
+            model = get_peft_model(model, peft_config)
+        if tokenizer.pad_token is None:  # as TRL: pad with EOS, left-padded prompts
+            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.padding_side = "left"
+        return model, tokenizer
+
+    def _rewards(self, reward_funcs: Any, processing_classes: Any) -> list:
+        from grpokit.config.schema import RewardConfig
+        from grpokit.rewards import NamedReward
+
+        funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+        classes = processing_classes if isinstance(processing_classes, list) else [processing_classes] * len(funcs)
+        weights = self.args.reward_weights or [1.0] * len(funcs)
+        if len(weights) != len(funcs) or len(classes) != len(funcs):
+            name = "reward_weights" if len(weights) != len(funcs) else "reward_processing_classes"
+            raise UnsupportedArgument(f"GRPOTrainer: {name} has {len(weights) if name == 'reward_weights' else len(classes)} entries "
+                                      f"for {len(funcs)} reward functions; give one per reward function")
+        out = []
+        for fn, tok, weight in zip(funcs, classes, weights):
+            if isinstance(fn, str):
+                fn = reward_from_string(fn, tok)
+            if isinstance(fn, str):
+                out.append(RewardConfig(name=fn, weight=float(weight)))
+            elif isinstance(fn, RewardConfig):
+                out.append(RewardConfig(name=fn.name, weight=float(weight), kwargs=fn.kwargs))
+            elif hasattr(fn, "forward") and hasattr(fn, "config"):  # a PreTrainedModel object as a reward
+                raise UnsupportedArgument("GRPOTrainer(reward_funcs=<model object>): pass the reward model's folder as a string")
+            elif callable(fn):
+                name = getattr(fn, "__name__", type(fn).__name__)
+                out.append(NamedReward(name=name, fn=fn, weight=float(weight)))
+            else:
+                raise UnsupportedArgument(f"GRPOTrainer(reward_funcs={fn!r}): give callables or reward-model folders")
+        return out
+
+    # ------------------------------------------------------------------ callbacks and logs
+    def _event(self, name: str, **kwargs: Any) -> None:
+        t = self.__dict__.get("native")
+        extra = dict(model=self.model, processing_class=self.processing_class, optimizer=t.optimizer, lr_scheduler=t.scheduler) if t else {}
+        for cb in self.callbacks:
+            result = getattr(cb, name)(self.args, self.state, self.control, **extra, **kwargs)
+            if result is not None:
+                self.control = result
+
+    def log(self, logs: dict[str, Any]) -> None:
+        """Append ``logs`` with the epoch and step to ``state.log_history`` and call the callbacks' ``on_log``."""
+        logs = {**logs, "epoch": round(self.state.epoch or 0.0, 4), "step": self.state.global_step}
+        self.state.log_history.append(logs)
+        self._event("on_log", logs=logs)
+
+    # ------------------------------------------------------------------ the run
+    def train(self, resume_from_checkpoint: Any = None, **kwargs: Any) -> Any:
+        """Train until ``max_steps`` / the epochs (or a callback's ``should_training_stop``); TRL's ``TrainOutput``."""
+        from transformers.trainer_utils import TrainOutput
+
+        from grpokit.trainer.progress import StepProgress
+
+        if kwargs:
+            raise TypeError(f"GRPOTrainer.train() got an unexpected keyword argument '{next(iter(kwargs))}'")
+        t, a, mu = self.native, self.args, self.native.cfg.algorithm.num_iterations
+        if resume_from_checkpoint:
+            self._resume(resume_from_checkpoint)
+        self.state.global_step = t.step * mu
+        self._event("on_train_begin")
+        window, losses, t0, steps0 = [], [], time.perf_counter(), t.step
+        total = t.cfg.train.steps
+        with StepProgress(total, enabled=t.cfg.logging.progress, start=t.step) as progress:
+            while t.step < total and not self.control.should_training_stop:
+                self._event("on_step_begin")
+                metrics = t.train_step()
+                t.logger.log_metrics(t.step, metrics)
+                progress.update(t.step, metrics)
+                self.state.global_step = t.step * mu
+                self.state.epoch = t.step * t.cfg.rollout.prompts_per_step / self._n_rows
+                window.append(trl_metrics(metrics))
+                losses.append(metrics.get("loss", float("nan")))
+                self._event("on_step_end")
+                self._after_step(window, last=t.step == total)
+        runtime = time.perf_counter() - t0
+        done = t.step - steps0
+        valid = [x for x in losses if not math.isnan(x)]
+        summary = {"train_runtime": runtime, "train_samples_per_second": done * a.generation_batch() / max(runtime, 1e-9),
+                   "train_steps_per_second": done * mu / max(runtime, 1e-9), "total_flos": 0.0,
+                   "train_loss": sum(valid) / len(valid) if valid else 0.0}
+        self.log(summary)
+        self._event("on_train_end")
+        return TrainOutput(self.state.global_step, summary["train_loss"], summary)
+
+    def _after_step(self, window: list, last: bool) -> None:
+        """TRL's DefaultFlowCallback: log every logging_steps, evaluate every eval_steps, save every save_steps and at the end."""
+        a, step = self.args, self.state.global_step
+        log_now = a.logging_strategy == "steps" and (step % int(a.logging_steps) == 0 or (a.logging_first_step and step == self.native.cfg.algorithm.num_iterations))
+        if log_now and window:
+            self.log(window_mean(window))
+            window.clear()
+        if a.eval_strategy == "steps" and step % int(a.eval_steps or a.logging_steps) == 0:
+            self.evaluate()
+        every = self.native.cfg.logging.checkpoint_every
+        if a.save_strategy == "steps" and ((every and self.native.step % every == 0) or last):
+            self.native.save()
+            self._event("on_save")
+
+    def _resume(self, checkpoint: Any) -> None:
+        from pathlib import Path
+
+        from grpokit.trainer import checkpoint as ckpt_io
+
+        latest = ckpt_io.require_checkpoint(self.native.run_dir / "checkpoints")
+        if checkpoint is not True and Path(checkpoint).resolve() != Path(latest).resolve():
+            raise UnsupportedArgument(f"train(resume_from_checkpoint={str(checkpoint)!r}): grpokit resumes the latest checkpoint of "
+                                      f"output_dir ({latest}); pass True")
+        self.native.resume()
+
+    def evaluate(self, eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """TRL's eval metrics: G sampled completions per eval prompt, scored by every reward (``eval_reward``, ...)."""
+        from grpokit.api.evaluation import sampled_rewards
+
+        rows = self._rows(eval_dataset, "eval_dataset") if eval_dataset is not None else self.native.splits.heldout
+        if not rows:
+            raise UnsupportedArgument("GRPOTrainer.evaluate(): no eval_dataset was given (to GRPOTrainer or to evaluate)")
+        metrics = {f"{metric_key_prefix}_{k}": v for k, v in sampled_rewards(self.native, rows, self.args.per_device_eval_batch_size).items()}
+        self.log(metrics)
+        self.native.logger.log_eval(self.native.step, metric_key_prefix, metrics)
+        self._event("on_evaluate", metrics=metrics)
+        return metrics
+
+    def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False) -> None:
+        """``save_pretrained`` of the policy (a PEFT model: its adapter, as TRL) and the tokenizer into ``output_dir``."""
+        out = output_dir or self.args.output_dir or "trainer_output"
+        self.native.model.save_pretrained(out)
+        self.native.tokenizer.save_pretrained(out)
