@@ -1,6 +1,6 @@
-"""README's commands stay runnable: each one is checked without training anything.
+"""README's and the docs pages' commands stay runnable: each one is checked without training anything.
 
-Every shell command of README.md that starts with ``grpokit``, ``python -m grpokit...``, ``make``
+Every shell command of README.md and of docs/**/*.md (run from the repository root) that starts with ``grpokit``, ``python -m grpokit...``, ``make``
 or ``python benchmarks/...`` (also ``.venv/bin/python``), in its fenced code blocks and in its
 inline code spans, is checked the way its program would see it:
 
@@ -17,7 +17,11 @@ inline code spans, is checked the way its program would see it:
   (a script that never parses its arguments is not run at all: the test fails instead).
 - ``make T``: T is a target of the Makefile.
 
-A token ``a|b|c`` stands for each alternative. Fast: nothing trains, no model loads.
+A token ``a|b|c`` stands for each alternative. Not checked: a command with a ``...`` token
+(arguments left out) and an inline span with a placeholder in capitals (``grpokit train --preset
+NAME``). ``grpokit edit --out DIR`` writes ``DIR`` and its edited model ``DIR/edited``. An inline
+span may read what the code blocks of its page and the inline spans before it write. Fast:
+nothing trains, no model loads.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]  # every page whose commands are checked
+README_MAX_LINES = 300  # the README is the front door; the detail lives in docs/
 PYTHONS = ("python", "python3", ".venv/bin/python")
 NOT_SHELL = ("python", "py", "json", "yaml", "yml", "toml", "text", "txt", "markdown", "md")
 
@@ -43,12 +49,13 @@ NOT_SHELL = ("python", "py", "json", "yaml", "yml", "toml", "text", "txt", "mark
 @dataclass(frozen=True)
 class Command:
     argv: tuple[str, ...]
-    line: int  # README line number
+    line: int  # line number in its page
     block: int  # code block index; -1 for an inline code span
     expected_error: Optional[str] = None  # the "grpokit: error: ..." line printed after it
+    page: str = "README.md"  # the page, relative to the repository
 
     def __str__(self) -> str:
-        return f"README.md:{self.line}: {shlex.join(self.argv)}"
+        return f"{self.page}:{self.line}: {shlex.join(self.argv)}"
 
 
 def _program(argv: list[str]) -> Optional[str]:
@@ -80,8 +87,13 @@ def _split(text: str) -> list[str]:
     return shlex.split(text.removeprefix("$ "), comments=True)
 
 
-def readme_commands(text: str) -> list[Command]:
-    """The commands of README ``text``: code blocks line by line (``\\`` joins lines), then inline spans."""
+def _elided(argv: list[str], inline: bool) -> bool:
+    """A command with arguments left out (``...``), or an inline template with a placeholder (``--preset NAME``)."""
+    return "..." in argv or (inline and any(re.fullmatch(r"[A-Z][A-Z_]{2,}", a) for a in argv[1:]))
+
+
+def readme_commands(text: str, page: str = "README.md") -> list[Command]:
+    """The commands of a markdown ``text``: code blocks line by line (``\\`` joins lines), then inline spans."""
     commands: list[Command] = []
     lines = text.splitlines()
     block, lang, in_block, pending, start = -1, "", False, "", 0
@@ -101,25 +113,25 @@ def readme_commands(text: str) -> list[Command]:
             continue
         line, pending = pending + stripped, ""
         argv = _split(line) if _program(line.removeprefix("$ ").split()[:3]) else []
-        if _program(argv) is None:
+        if _program(argv) is None or _elided(argv, inline=False):
             continue
         following = lines[no].strip() if no < len(lines) else ""
         error = following.removeprefix("grpokit: error: ") if following.startswith("grpokit: error: ") else None
-        commands += [Command(tuple(a), start, block, error) for a in _expand(argv)]
+        commands += [Command(tuple(a), start, block, error, page) for a in _expand(argv)]
     # inline spans outside the blocks (a block becomes its newlines, so line numbers stay); each command once
     prose = re.sub(r"^\s*```.*?^\s*```", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S | re.M)
     inline: dict[tuple[str, ...], Command] = {}
     for match in re.finditer(r"`([^`\n]+)`", prose):
         argv = match.group(1).split()
-        if _program(argv) is None or (argv[0] == "grpokit" and len(argv) > 1 and "." in argv[1]):
+        if _program(argv) is None or (argv[0] == "grpokit" and len(argv) > 1 and "." in argv[1]) or _elided(argv, inline=True):
             continue
         line = prose[: match.start()].count("\n") + 1
         for a in _expand(_split(match.group(1))):
-            inline.setdefault(tuple(a), Command(tuple(a), line, -1))
+            inline.setdefault(tuple(a), Command(tuple(a), line, -1, None, page))
     return commands + list(inline.values())
 
 
-COMMANDS = readme_commands(README.read_text())
+COMMANDS = [c for path in PAGES for c in readme_commands(path.read_text(), str(path.relative_to(ROOT)))]
 
 
 # ---------------------------------------------------------------------------- grpokit commands
@@ -151,7 +163,11 @@ def _writes(command: Command, capsys) -> set[str]:
     """Paths (relative, as written in README) that ``command`` creates: a run folder and its checkpoints."""
     if _program(list(command.argv)) != "grpokit" or command.expected_error:
         return set()
+    if command.block < 0 and len(command.argv) == 2:  # prose naming a subcommand (`grpokit synth`)
+        return set()
     args = _parse(command.argv, capsys)
+    if args.command == "edit":
+        return _edit_writes(args)
     if args.command not in ("train", "demo"):
         return set()
     cfg = _config(args)
@@ -159,9 +175,19 @@ def _writes(command: Command, capsys) -> set[str]:
     return {out} | {f"{out}/checkpoints/step-{n}" for n in _kept_checkpoints(cfg)}
 
 
+def _edit_writes(args: argparse.Namespace) -> set[str]:
+    """``grpokit edit`` writes its ``--out`` folder with the stage-1 model in ``edited/`` (grpokit.editing.pipeline)."""
+    out = args.out.rstrip("/")
+    return {out, f"{out}/edited"}
+
+
 def _written_before(command: Command, capsys) -> set[str]:
-    """What the commands before ``command`` in its code block write (inline spans: every code block's commands)."""
-    earlier = [c for c in COMMANDS if c.block >= 0 and (command.block < 0 or (c.block == command.block and c.line < command.line))]
+    """What the commands before ``command`` in its code block write (inline spans: every code block's commands of its page)."""
+    if command.block < 0:
+        before = COMMANDS[: COMMANDS.index(command)] if command in COMMANDS else COMMANDS
+        earlier = [c for c in before if c.page == command.page]
+    else:
+        earlier = [c for c in COMMANDS if c.page == command.page and c.block == command.block and c.line < command.line]
     return set().union(*(_writes(c, capsys) for c in earlier)) if earlier else set()
 
 
@@ -273,10 +299,23 @@ def _check_make(command: Command) -> None:
 
 
 # ---------------------------------------------------------------------------- the tests
+def test_readme_is_a_front_door():
+    lines = len(README.read_text().splitlines())
+    assert lines < README_MAX_LINES, f"README.md has {lines} lines: move the detail into a docs/ page (the README links it)"
+
+
+def test_every_docs_page_is_linked_from_the_readme_or_another_page():
+    pages = [p for p in PAGES if p != README]
+    links = {(p.parent / t).resolve() for p in PAGES for t in re.findall(r"\]\(([^)#\s]+)", p.read_text())}
+    orphans = [str(p.relative_to(ROOT)) for p in pages if p.resolve() not in links]
+    assert not orphans, f"docs pages nothing links to: {orphans}"
+
+
 def test_readme_has_commands_of_every_kind():
-    kinds = {_program(list(c.argv)) for c in COMMANDS}
+    kinds = {_program(list(c.argv)) for c in COMMANDS if c.page == "README.md"}
     assert kinds == {"grpokit", "make", "benchmark", "module"}
-    assert any(c.expected_error for c in COMMANDS)  # the quickstart's mistake example is recognised
+    assert any(c.expected_error for c in COMMANDS if c.page == "README.md")  # the quickstart's mistake example is recognised
+    assert {c.page for c in COMMANDS} > {"README.md", "docs/environments.md", "docs/pipelines.md"}  # the docs pages are read
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=str)
@@ -304,12 +343,19 @@ def test_the_checks_catch_stale_commands(monkeypatch, capsys):
         Command(("grpokit", "train", "--preset", "demo", "--set", "algorithm.epsilon_lo=0.1"), 1, 0),
         Command(("python", "benchmarks/no_such_bench.py"), 1, 0),
         Command(("make", "no-such-target"), 1, 0),
+        Command(("grpokit", "train", "--preset", "kdrl"), 1, -1, None, "docs/nowhere.md"),  # its teacher runs/demo: no command writes it
+        Command(("grpokit", "train", "--preset", "demo", "--set", "model.name=runs/etcon/edited"), 1, -1, None, "docs/nowhere.md"),
     ]
     from grpokit.config import ConfigError
 
     for command in stale:
         with pytest.raises((AssertionError, pytest.fail.Exception, ConfigError)):
             test_readme_command_is_runnable(command, monkeypatch, capsys)
+
+
+def test_templates_and_elided_commands_are_left_out():
+    text = "`grpokit train --preset NAME`\n```bash\ngrpokit synth --out x ...\ngrpokit train --preset demo\n```\n"
+    assert [c.argv for c in readme_commands(text, "x.md")] == [("grpokit", "train", "--preset", "demo")]
 
 
 def test_checkpoints_a_run_keeps():
