@@ -58,6 +58,10 @@ class Family:
         """How strongly this family claims ``model.name`` (cheap: names and files, never a model load)."""
         return Claim.SPECIFIC if model_name in self.embedded else Claim.NO
 
+    def unclaimed_hint(self, model_name: str) -> Optional[str]:
+        """What this family would need to load ``model.name`` when no family claims it (added to the one-line error), or None."""
+        return None
+
     def claim_model(self, model: torch.nn.Module, tokenizer: Any) -> Claim:
         """How strongly this family claims a model object passed from Python (``grpokit.Trainer(cfg, model=...)``)."""
         return Claim.NO
@@ -187,8 +191,10 @@ class FamilyRegistry:
 
         embedded = ", ".join(sorted(self.embedded_models()))
         what = "does not exist" if not Path(model_name).expanduser().exists() else "is no model any family can load"
+        hints = [hint for family in self if (hint := family.unclaimed_hint(model_name))]
         return (f"model.name '{model_name}' {what}: give an embedded model ({embedded}), a model folder "
-                "(Hugging Face layout), a .gguf file, a Hub id in the local Hugging Face cache, or a grpokit run folder")
+                "(Hugging Face layout), a .gguf file, a Hub id in the local Hugging Face cache, or a grpokit run folder"
+                + "".join(f"; {hint}" for hint in hints))
 
 
 FAMILIES = FamilyRegistry()

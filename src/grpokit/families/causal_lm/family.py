@@ -41,7 +41,8 @@ class CausalLMFamily(Family):
     """Hugging Face causal LMs: the embedded SmolLM2, a model folder, a .gguf file, a Hub id in the local cache, a run folder."""
 
     name = "causal_lm"
-    description = "text causal LM, units = tokens: the embedded SmolLM2, a model folder, a .gguf file or a grpokit run folder"
+    description = ("text causal LM, units = tokens: the embedded SmolLM2, a model folder (also the Hub's cache layout), a .gguf "
+                   "file, a Hub id in the local Hugging Face cache or a grpokit run folder")
 
     @property
     def embedded(self) -> dict[str, str]:  # type: ignore[override]
@@ -55,6 +56,15 @@ class CausalLMFamily(Family):
         if model_name in EMBEDDED_MODELS or model_name.endswith(".gguf") and Path(model_name).expanduser().is_file():
             return Claim.SPECIFIC
         return Claim.GENERIC if _loadable(model_name) else Claim.NO
+
+    def unclaimed_hint(self, model_name: str) -> Optional[str]:
+        """For a name shaped like a Hub id (``org/name``): where the local Hugging Face cache was searched and how to fill it."""
+        if model_name.count("/") != 1 or model_name.startswith((".", "/", "~")):
+            return None
+        from grpokit.model.loading import model_name_problem
+
+        problem = model_name_problem(model_name)
+        return f"as a Hub id: {problem}" if problem else None
 
     def claim_model(self, model: torch.nn.Module, tokenizer: Any) -> Claim:
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -113,13 +123,10 @@ class CausalLMFamily(Family):
 
 
 def _loadable(model_name: str) -> bool:
-    """A path that exists (a model folder, a run folder), or a name the model loader resolves (e.g. a cached Hub id)."""
-    if Path(model_name).expanduser().exists():
-        return True
-    from grpokit.model import loading
+    """A path that exists (a model folder, a run folder), or a name the model loader resolves (a Hub-layout folder, a cached Hub id)."""
+    from grpokit.model.loading import resolve_model_name
 
-    resolve = getattr(loading, "resolve_model_name", None)
-    return bool(resolve is not None and resolve(model_name))
+    return Path(model_name).expanduser().exists() or resolve_model_name(model_name) is not None
 
 
 FAMILY = FAMILIES.register(CausalLMFamily())
