@@ -6,7 +6,7 @@ import importlib
 
 from grpokit.registry import Registry
 
-# axis -> (module that defines and fills the registry, attribute name)
+# axis -> (module that defines the registry, attribute name); the modules that fill it are in grpokit.builtins
 _LOCATIONS = {
     "task": ("grpokit.data.tasks", "TASKS"),
     "reward": ("grpokit.rewards.builtin", "REWARDS"),
@@ -30,7 +30,7 @@ AXES = tuple(_LOCATIONS)
 
 
 def get_registry(axis: str) -> Registry:
-    """The registry of ``axis``; importing its module registers the built-ins."""
+    """The registry of ``axis``; its first lookup loads every built-in and third-party plugin (:mod:`grpokit.builtins`)."""
     if axis not in _LOCATIONS:
         raise KeyError(f"unknown registry axis '{axis}'; choose one of: {', '.join(AXES)}")
     module, attr = _LOCATIONS[axis]

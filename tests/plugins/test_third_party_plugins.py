@@ -112,6 +112,16 @@ def test_entry_point_function_is_called_with_no_arguments(isolated, tmp_path, mo
     assert sys.modules["toy_entry_fn"].CALLS == ["called"]
 
 
+def test_entry_points_load_after_the_built_ins_and_may_look_a_registry_up(isolated, tmp_path, monkeypatch):
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "toy_entry_lookup.py").write_text(
+        "from grpokit.algos.losses import POLICY_LOSSES\nNAMES = POLICY_LOSSES.names()  # during load_plugins: no recursion\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    fake_distribution(tmp_path / "site", "lookup = toy_entry_lookup", monkeypatch)
+    assert "ppo_clip" in POLICY_LOSSES
+    assert {"disco", "cispo", "ppo_clip"} <= set(sys.modules["toy_entry_lookup"].NAMES)  # the built-ins were already in
+
+
 def test_failing_entry_point_is_one_line_naming_it_and_its_distribution(isolated, tmp_path, monkeypatch):
     fake_distribution(tmp_path / "site", "broken = toy_entry_missing_module", monkeypatch)
     with pytest.raises(PluginError) as info:
