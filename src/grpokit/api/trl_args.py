@@ -171,8 +171,9 @@ class GRPOConfig:
                 raise TypeError(f"GRPOConfig.__init__() got an unexpected keyword argument '{key}'{hint}")
             self.given.add(key)
         self.scale_rewards = {True: "group", False: "none"}.get(self.scale_rewards, self.scale_rewards)
-        if isinstance(self.report_to, str):
+        if isinstance(self.report_to, str):  # as TrainingArguments: a string is a one-item list, "none" an empty one
             self.report_to = [self.report_to]
+        self.report_to = [t for t in self.report_to or [] if t != "none"]
         self.check()
 
     def __getattr__(self, name: str) -> Any:  # a TRL argument not mapped one by one: its value or TRL's default

@@ -1,0 +1,123 @@
+"""GRPOTrainer: TRL's arguments and methods on the tiny model (seconds per test)."""
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, TrainerCallback
+
+from grpokit import GRPOConfig, GRPOTrainer
+from grpokit.api.trl_args import UnsupportedArgument
+
+PROMPTS = [{"prompt": f"Write {i} words.", "words": i} for i in range(6)]
+
+
+def reward_len(completions, **kwargs):
+    return [-abs(6 - len(c)) for c in completions]
+
+
+class Recorder(TrainerCallback):
+    def __init__(self):
+        self.events = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.events.append(("step_end", state.global_step))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.events.append(("log", state.global_step))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.events.append(("train_end", state.global_step))
+
+
+def test_a_callable_reward_trains_and_log_history_has_trl_names(tiny_model_dir, short_args):
+    seen = {}
+
+    def reward_words(prompts, completions, completion_ids, words, **kwargs):  # TRL's signature: dataset columns as keywords
+        seen.update(n=len(completions), words=words[:2], ids=type(completion_ids[0]).__name__)
+        return [float(len(c.split()) == w) for c, w in zip(completions, words)]
+
+    recorder = Recorder()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[reward_len, reward_words], args=GRPOConfig(**short_args),
+                          train_dataset=Dataset.from_list(PROMPTS), callbacks=[recorder])
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    out = trainer.train()
+    assert out.global_step == 2 and trainer.state.global_step == 2
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    assert seen["n"] == 4 and seen["ids"] == "list"  # per_device 4 x accumulation 1 = 2 prompts x G=2 completions per step
+    assert seen["words"][0] == seen["words"][1]  # a column's value repeats over the G completions of its prompt
+    first = trainer.state.log_history[0]
+    for name in ("loss", "grad_norm", "learning_rate", "reward", "reward_std", "rewards/reward_len/mean",
+                 "rewards/reward_words/mean", "entropy", "completions/mean_length", "completions/clipped_ratio",
+                 "frac_reward_zero_std", "epoch", "step"):
+        assert name in first, name
+    assert first["step"] == 1 and trainer.state.log_history[1]["step"] == 2
+    assert "train_runtime" in trainer.state.log_history[-1]
+    # the learning rate decays linearly to 0 over max_steps (TRL's default scheduler): 1e-6 * (2 - 1) / 2 after step 1
+    assert first["learning_rate"] == pytest.approx(0.5e-6) and trainer.state.log_history[1]["learning_rate"] == 0.0
+    assert recorder.events == [("step_end", 1), ("log", 1), ("step_end", 2), ("log", 2), ("log", 2), ("train_end", 2)]
+
+
+def test_logging_steps_average_the_window(tiny_model_dir, short_args):
+    args = GRPOConfig(**{**short_args, "max_steps": 4, "logging_steps": 2})
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, args=args, train_dataset=PROMPTS)
+    trainer.train()
+    steps = [e["step"] for e in trainer.state.log_history if "reward" in e]
+    assert steps == [2, 4]
+    per_step = [r["reward/mean"] for r in _jsonl(trainer.native.run_dir / "metrics.jsonl")]
+    assert trainer.state.log_history[0]["reward"] == pytest.approx((per_step[0] + per_step[1]) / 2)
+
+
+def test_the_saved_model_loads_with_from_pretrained(tiny_model_dir, short_args, tmp_path):
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, args=GRPOConfig(**short_args), train_dataset=PROMPTS)
+    trainer.train()
+    trainer.save_model(str(tmp_path / "final"))
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "final")
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), trainer.model.state_dict().values()))
+    assert (trainer.native.run_dir / "checkpoints" / "step-2").is_dir()  # save_strategy steps: the last step is saved
+
+
+def test_a_model_object_with_its_tokenizer_and_a_lora_peft_config(tiny_model_dir, short_args):
+    from peft import LoraConfig
+    from transformers import AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward_len, args=GRPOConfig(**short_args),
+                          train_dataset=PROMPTS, peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    assert hasattr(trainer.model, "peft_config")
+    trained = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert trained and all("lora_" in n for n in trained)
+    trainer.train()
+
+
+def test_evaluate_reports_trl_eval_names(tiny_model_dir, short_args):
+    args = GRPOConfig(**short_args, eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=2)
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, args=args, train_dataset=PROMPTS, eval_dataset=PROMPTS[:3])
+    trainer.train()
+    evals = [e for e in trainer.state.log_history if "eval_reward" in e]
+    assert len(evals) == 1 and evals[0]["step"] == 2
+    assert {"eval_reward", "eval_reward_std", "eval_rewards/reward_len/mean", "eval_completions/mean_length"} <= set(evals[0])
+    assert -6 <= evals[0]["eval_reward"] <= 2  # reward_len of completions of 0..8 characters
+
+
+def test_refused_trainer_arguments_are_one_line(tiny_model_dir, short_args):
+    with pytest.raises(UnsupportedArgument, match=r"^GRPOTrainer\(optimizers=\.\.\.\)") as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, args=GRPOConfig(**short_args), train_dataset=PROMPTS,
+                    optimizers=(torch.optim.SGD([torch.zeros(1)], lr=1.0), None))
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="model 'nobody/no-such-model' is not a local folder"):
+        GRPOTrainer(model="nobody/no-such-model", reward_funcs=reward_len, args=GRPOConfig(**short_args), train_dataset=PROMPTS)
+
+
+def test_resume_continues_from_the_latest_checkpoint(tiny_model_dir, short_args):
+    GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, args=GRPOConfig(**short_args), train_dataset=PROMPTS).train()
+    args = GRPOConfig(**{**short_args, "max_steps": 3})
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, args=args, train_dataset=PROMPTS)
+    trainer.train(resume_from_checkpoint=True)
+    assert [e["step"] for e in trainer.state.log_history if "reward" in e] == [3]
+
+
+def _jsonl(path):
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
