@@ -41,7 +41,7 @@ from grpokit.trainer.learn_batch import LearnBatch
 from grpokit.trainer.learner import Objective, accumulate_gradients, rows_with_gradient
 from grpokit.trainer.memory import allocate_gradients, release_free_memory, tune_malloc
 from grpokit.trainer.metrics import RunLogger, reward_metrics, rollout_entropy, sample_records
-from grpokit.trainer.producers import constraint_kl, score_inputs
+from grpokit.trainer import producers
 from grpokit.trainer.progress import StepProgress
 
 log = logging.getLogger(__name__)
@@ -242,8 +242,8 @@ class Trainer:
         self.model.train()
         keep = self._rows_with_gradient(lb)
         parts = self.learners.parts(lb.rollout, self.cfg.train.micro_batch_size, keep)  # all of it, or this rank's whole groups
-        scored = [n for n in ("old_logp", "ref_logp", "teacher_logp", "aux_logp") if n in self.needs] + (["old_logp"] if algo.num_iterations > 1 else [])
-        score_inputs(self.policy, lb, parts, sorted(set(scored), key=scored.index))
+        scored = producers.scheduled(self.needs, "scored", algo.num_iterations)  # from the methods' declared inputs
+        producers.produce(scored, self.policy, lb, parts, self.learners)
         if scored:
             release_free_memory(self.policy.device)  # the scoring forwards' freed activations, before the learner's peak
         schedule = self.loss_spec.option_schedule
@@ -252,15 +252,15 @@ class Trainer:
         self.objective.correction, correction_metrics = setup.correction_for(self.cfg, lb.rollout, self.step)
         learn: dict[str, float] = {}
         for iteration in range(algo.num_iterations):
-            if iteration > 0 and "constraint_kl" in self.needs:
-                lb.constraint_kl = constraint_kl(self.policy, lb, parts, self.learners)
+            if iteration > 0:
+                producers.produce(producers.scheduled(self.needs, "per_update"), self.policy, lb, parts, self.learners)
             allocate_gradients(list(self.policy.trainable_parameters()))
             learn = accumulate_gradients(self.policy, parts, lb, self.objective)
             learn = self.learners.reduce_metrics(learn, parts, lb.mask)
             stale = [name for hook in self.update_hooks for name in hook(self.context, self.updates + 1)]  # pre-update weights
             learn["grad_norm"] = self._optimizer_step()
             if stale and iteration + 1 < algo.num_iterations:  # a role moved: the batch's next update reads it anew
-                score_inputs(self.policy, lb, parts, [n for n in stale if n in self.needs])
+                producers.produce([n for n in scored if n in stale], self.policy, lb, parts, self.learners)
         learn["learn/updates"] = float(algo.num_iterations)
         if keep is not None:
             learn["learn/skipped_rows"] = 1.0 - float(keep.float().mean())
@@ -320,7 +320,8 @@ class Trainer:
         rows = self.splits.heldout
         if not rows or not self.learners.is_main:
             return {}
-        if any(row.get("answer") is None for row in rows):
+        # an environment run's held-out rows are episodes judged by their reward (env_return, env_info), answer or not
+        if not self.cfg.environment.name and any(row.get("answer") is None for row in rows):
             log.info("held-out rows have no answers (label-free data): skipping the accuracy evaluation")
             return {}
         e = self.cfg.eval
@@ -328,7 +329,9 @@ class Trainer:
             self.backend, rows, self._prompt_texts(rows), self.judge, batch_size=e.batch_size, max_new_tokens=e.max_new_tokens
         )
         self.logger.log_eval(self.step, label, result)
-        log.info("held-out accuracy (%s, step %d): %.3f on %d", label, self.step, result["accuracy"], result["n"])
+        episodes = f", episode return {result['env/return']:.3f}" if "env/return" in result else ""
+        log.info("held-out accuracy (%s, step %d): %.3f on %d (judge %s)%s", label, self.step, result["accuracy"], result["n"],
+                 self.judge.name, episodes)
         return result
 
     def save(self) -> Optional[Path]:

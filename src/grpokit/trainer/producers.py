@@ -7,7 +7,8 @@ registrations (``needed_inputs``), never from method names.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
@@ -45,6 +46,52 @@ def constraint_kl(policy: Policy, lb: LearnBatch, parts, learners: Any) -> torch
         diff += float(((old - current) * lb.mask[rows, : current.shape[1]]).sum())
     diff = learners.all_sum(diff)
     return torch.tensor(diff / lb.num_tokens, device=lb.mask.device)
+
+
+def _scorer(name: str) -> Callable[..., None]:
+    return lambda policy, lb, parts, learners: score_inputs(policy, lb, parts, [name])
+
+
+def _constraint_kl(policy: Policy, lb: LearnBatch, parts, learners: Any) -> None:
+    lb.constraint_kl = constraint_kl(policy, lb, parts, learners)
+
+
+@dataclass(frozen=True)
+class Producer:
+    """When the learner fills one declared input of a LearnBatch, and how: ``fill(policy, lb, parts, learners)``.
+
+    ``phase``: 'scored' = once, without gradient, before the batch's first update (and again
+    after an update hook made it stale); 'per_update' = before every update after the first
+    (a statistic of the weights the previous update left).
+    """
+
+    phase: str
+    fill: Callable[..., None]
+
+
+# The learner's producers, by input name. Inputs of the batch itself (rewards, group ids, the
+# sampler's log-probs) and those of batch stages (plan_mask, verif_*) are not here: see trainer/inputs.py.
+PRODUCERS: dict[str, Producer] = {
+    **{name: Producer("scored", _scorer(name)) for name in (*SCORED_ROLES, *CONDITIONED)},
+    "constraint_kl": Producer("per_update", _constraint_kl),
+}
+
+
+def scheduled(needs: set[str], phase: str, num_iterations: int = 1) -> list[str]:
+    """The inputs of ``needs`` that ``phase`` produces, in :data:`PRODUCERS` order.
+
+    ``old_logp`` is scored whenever mu = ``num_iterations`` > 1 (the proximal policy of the
+    batch's later updates); with mu = 1 and no method reading it, the loss uses the detached
+    current log-probs, for which the ratio is exactly 1.
+    """
+    wanted = set(needs) | ({"old_logp"} if phase == "scored" and num_iterations > 1 else set())
+    return [name for name, p in PRODUCERS.items() if p.phase == phase and name in wanted]
+
+
+def produce(names: list[str], policy: Policy, lb: LearnBatch, parts, learners: Any) -> None:
+    """Run the producers of ``names`` (see :data:`PRODUCERS`) on the step's micro-batches ``parts``."""
+    for name in names:
+        PRODUCERS[name].fill(policy, lb, parts, learners)
 
 
 def plan_mask(tokenizer: Any, lb: LearnBatch, delimiter: str, first_step: bool) -> None:

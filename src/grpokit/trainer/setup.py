@@ -229,28 +229,52 @@ def filter_train_rows(cfg: Config, trainer: Any) -> list[dict]:
     )
 
 
-def batch_stages(cfg: Config) -> list:
-    """The stages that reshape or annotate a step's LearnBatch, in order, as the config enables them."""
+def _variational(cfg: Config):
+    from grpokit.trainer.variational import VariationalPosterior
+
+    return VariationalPosterior(cfg.variational)
+
+
+def _verification(cfg: Config):
+    from grpokit.trainer.stages import SelfVerification
+
+    return SelfVerification()
+
+
+def _informative(cfg: Config):
     from grpokit.trainer.collect import InformativeGroups
-    from grpokit.trainer.stages import PlanSpans, SelfVerification
 
-    stages: list = []
-    if cfg.variational.enabled:  # first: it appends rows that the stages below see
-        from grpokit.trainer.variational import VariationalPosterior
+    return InformativeGroups()
 
-        stages.append(VariationalPosterior(cfg.variational))
-    if cfg.verification.enabled:
-        stages.append(SelfVerification())
-    if cfg.algorithm.dynamic_sampling:  # after SelfVerification, which rebuilds the loss mask
-        stages.append(InformativeGroups())
-    if cfg.algorithm.plan_delimiter:
-        stages.append(PlanSpans(cfg.algorithm.plan_delimiter))
-    if cfg.environment.name and cfg.environment.credit == "reward_to_go":  # last: it replaces the advantages
-        from grpokit.trainer.stages import TurnCredit
 
-        env_weight = sum(r.weight for r in cfg.rewards if r.name == "env_return")
-        stages.append(TurnCredit(cfg.environment.turn_discount, env_weight))
-    return stages
+def _plan_spans(cfg: Config):
+    from grpokit.trainer.stages import PlanSpans
+
+    return PlanSpans(cfg.algorithm.plan_delimiter)
+
+
+def _turn_credit(cfg: Config):
+    from grpokit.trainer.stages import TurnCredit
+
+    env_weight = sum(r.weight for r in cfg.rewards if r.name == "env_return")
+    return TurnCredit(cfg.environment.turn_discount, env_weight)
+
+
+# The batch stages, in the order they run: (name, enabled by the config, build). Order matters:
+# the variational posterior appends rows the others see; dynamic sampling reads the loss mask
+# that self-verification rebuilds; turn credit replaces the advantages, so it runs last.
+BATCH_STAGES: tuple = (
+    ("variational_posterior", lambda cfg: cfg.variational.enabled, _variational),
+    ("self_verification", lambda cfg: cfg.verification.enabled, _verification),
+    ("informative_groups", lambda cfg: cfg.algorithm.dynamic_sampling, _informative),
+    ("plan_spans", lambda cfg: bool(cfg.algorithm.plan_delimiter), _plan_spans),
+    ("turn_credit", lambda cfg: bool(cfg.environment.name) and cfg.environment.credit == "reward_to_go", _turn_credit),
+)
+
+
+def batch_stages(cfg: Config) -> list:
+    """The stages that reshape or annotate a step's LearnBatch, in :data:`BATCH_STAGES` order, as the config enables them."""
+    return [build(cfg) for _, enabled, build in BATCH_STAGES if enabled(cfg)]
 
 
 def update_hooks(cfg: Config) -> list:
