@@ -126,7 +126,7 @@ def test_rows_the_environment_cannot_start_from_are_refused_at_load_naming_the_c
     cfg = nav_cfg(tmp_path)
     splits = setup.build_splits(cfg.data)
     problem = rows_problem(cfg, {"train": splits.train, "heldout": splits.heldout})
-    assert problem.startswith("environment 'text_navigation' cannot start an episode from train row 0 (ValueError: text_navigation: "
+    assert problem.startswith("environment.name 'text_navigation' cannot start an episode from train row 0 (ValueError: text_navigation: "
                               "the row has no world_seed, rooms, room_size column") and "\n" not in problem
     assert "use data.task=text_navigation" in problem
     nav = nav_cfg(tmp_path, "data.task=text_navigation")

@@ -60,7 +60,7 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
-def merge(base: dict, override: dict, whole_options: bool = False) -> dict:
+def merge(base: dict, override: dict, whole_options: bool = False, components: bool = True) -> dict:
     """Recursive dict merge; ``override`` wins, lists are replaced whole.
 
     A component's options belong to the component: where ``override`` changes a name away from
@@ -69,13 +69,14 @@ def merge(base: dict, override: dict, whole_options: bool = False) -> dict:
     ``base``'s options for the old component are dropped, not deep-merged into the new one's
     (:func:`_component_changes`). With ``whole_options`` (presets building on presets), option
     bags (``*_options``, ``options``, ``kwargs``) are replaced whole: they belong to the variant the
-    overriding preset chose.
+    overriding preset chose. ``components=False``: no component rule (the ``--set`` assignments
+    among themselves are one layer, so their order does not matter).
     """
-    out = _component_changes(dict(base), override)
+    out = _component_changes(dict(base), override) if components else dict(base)
     for key, value in override.items():
         is_bag = key == "options" or key == "kwargs" or key.endswith("_options")
         if isinstance(value, dict) and isinstance(out.get(key), dict) and not (whole_options and is_bag):
-            out[key] = merge(out[key], value, whole_options)
+            out[key] = merge(out[key], value, whole_options, components)
         else:
             out[key] = value
     return out
@@ -105,8 +106,8 @@ def _component_changes(out: dict, override: dict) -> dict:
     return out
 
 
-def apply_set(data: dict, assignment: str) -> dict:
-    """Apply one ``a.b.c=value`` override (value parsed as YAML) to a raw config dict."""
+def apply_set(data: dict, assignment: str, components: bool = True) -> dict:
+    """Apply one ``a.b.c=value`` override (value parsed as YAML) to a raw config dict (``components``: see :func:`merge`)."""
     if "=" not in assignment:
         raise ConfigError(f"--set '{assignment}' must look like section.field=value")
     dotted, raw = assignment.split("=", 1)
@@ -115,7 +116,7 @@ def apply_set(data: dict, assignment: str) -> dict:
     nested: Any = value
     for key in reversed(keys):
         nested = {key: nested}
-    return merge(data, nested)
+    return merge(data, nested, components=components)
 
 
 def load_config(path: str | None = None, preset: str | None = None, overrides: list[str] = ()) -> Config:
@@ -137,8 +138,10 @@ def raw_config(path: str | None = None, preset: str | None = None, overrides: li
         if bases and "description" not in file_data:  # a preset's description would describe the preset, not this file's run
             file_data["description"] = f"from preset {' and '.join(bases)}"
         data = merge(data, file_data)
-    for assignment in overrides:
-        data = apply_set(data, assignment)
+    sets: dict = {}
+    for assignment in overrides:  # one layer: `--set environment.options=... --set environment.name=x` keeps both
+        sets = apply_set(sets, assignment, components=False)
+    data = merge(data, sets)
     environment, source = data.get("environment") or {}, data.get("data") or {}
     if isinstance(environment, dict) and environment.get("name") and not ({"task", "path"} & set(source)):
         # an environment run that names no data source: the environment makes its own episodes (grpokit.envs.own_episodes)

@@ -11,8 +11,11 @@ one environment class serves every prompt of a task. An observation is text, or 
 messages (``{"role": "user" | "tool", "content": ...}``) that the rollout appends through the
 policy's chat template. ``terminated``: the episode reached an end state (success or failure,
 its reward is final); ``truncated``: it was cut (a budget) without reaching one. Environments are
-registered by name in ``ENVIRONMENTS`` and built once per episode by the rollout with the run's
-``environment.options``; a dataset row may name its own in an ``environment`` column.
+registered by name in ``ENVIRONMENTS``, named by import path (``my_env.py:MyEnv``), or passed as
+the class or factory object from Python; a ``gymnasium.Env`` works unchanged (its
+``reset(seed=, options={"row": row})``, through :mod:`grpokit.envs.gym_adapter`). One is built at
+load to check it (:mod:`grpokit.envs.checks`), then once per episode by the rollout with the
+run's ``environment.options``; a dataset row may name its own in an ``environment`` column.
 """
 
 from __future__ import annotations
@@ -66,16 +69,46 @@ class Environment(Protocol):
     def step(self, action: str) -> StepResult: ...
 
 
-def environment_factory(name: str) -> Any:
-    """The class (or factory) ``name``: registered, or ``package.module:Class`` / ``path/file.py:Class``."""
-    if name in ENVIRONMENTS:
-        return ENVIRONMENTS.get(name)
-    if ":" not in name:
-        raise ValueError(f"unknown environment '{name}': choose one of {', '.join(ENVIRONMENTS.names())}, "
-                         "'package.module:Class' or 'path/to/file.py:Class'")
-    from grpokit.rewards.loading import resolve_reward  # the same import rules as a user reward
+def environment_label(name: Any) -> str:
+    """How messages name an environment: its registered name or spec, or ``module:Name`` for a class or factory object."""
+    if isinstance(name, str):
+        return name
+    return f"{getattr(name, '__module__', '?')}:{getattr(name, '__qualname__', type(name).__name__)}"
 
-    try:
-        return resolve_reward(name)
-    except ValueError as exc:
-        raise ValueError(f"environment '{name}': {str(exc).split(': ', 1)[-1]}") from None
+
+def environment_factory(name: Any) -> Any:
+    """The class or factory that ``environment.name`` names, called with ``environment.options`` to build one environment.
+
+    ``name``: a registered name, ``package.module:Class`` / ``path/file.py:Class`` (resolved by
+    :func:`grpokit.plugins.import_object`, the working folder importable), or the class or
+    factory itself (from Python). A user's object is wrapped so that what it builds passes
+    through :func:`grpokit.envs.gym_adapter.as_environment`: a ``gymnasium.Env`` (class or
+    factory result) works through the gymnasium adapter, no registration module needed.
+    Raises ``ValueError`` in one line naming the environment and the cause.
+    """
+    if isinstance(name, str) and name in ENVIRONMENTS:
+        return ENVIRONMENTS.get(name)
+    if isinstance(name, str):
+        from grpokit.plugins import PluginError, import_object, is_import_spec
+
+        if not is_import_spec(name):
+            raise ValueError(f"unknown environment '{name}': choose one of {', '.join(ENVIRONMENTS.names())}, "
+                             "'package.module:Class' or 'path/to/file.py:Class'")
+        try:
+            obj = import_object(name, "environment")
+        except PluginError as exc:
+            raise ValueError(str(exc)) from None
+        except Exception as exc:  # an error inside the user's module (not an ImportError): its first line
+            raise ValueError(f"environment {name!r}: importing it failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    else:
+        obj = name
+    if not callable(obj):
+        raise ValueError(f"environment {environment_label(name)!r} is a {type(obj).__name__}, not a class or factory "
+                         "(called with environment.options to build one environment)")
+    from grpokit.envs.gym_adapter import as_environment
+
+    def build(**options: Any) -> Any:
+        return as_environment(obj(**options), environment_label(name))
+
+    build.__wrapped__ = obj  # inspect.signature(build) shows the user's parameters
+    return build

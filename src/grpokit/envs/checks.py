@@ -1,9 +1,10 @@
 """Load-time checks of a multi-turn run: one line naming the field, before anything loads.
 
 :func:`environment_problem` reads the config alone; :func:`rows_problem` builds each environment
-the rows name once and resets it on the first few training and held-out rows, so rows the
-environment cannot start an episode from (a column it reads is missing, an option it refuses)
-stop the run before the model loads, not as a run whose every episode failed.
+the rows name once and resets it on the first few training and held-out rows, so an environment
+that cannot be imported or built, and rows it cannot start an episode from (a column it reads is
+missing, an option it refuses), stop the run before the model loads, not as a run whose every
+episode failed (or a traceback at the first step).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def environment_problem(cfg: Any) -> Optional[str]:
         environment_factory(e.name)
     except ValueError as exc:
         return f"environment.name: {exc}"
-    if e.name in ENVIRONMENTS:
+    if isinstance(e.name, str) and e.name in ENVIRONMENTS:
         try:
             ENVIRONMENTS.check_options(e.name, e.options, "environment.options")
         except ValueError as exc:
@@ -81,12 +82,25 @@ def rows_problem(cfg: Any, splits: dict[str, list[dict]], sample: int = 3) -> Op
 
     ``splits``: ``{"train": rows, "heldout": rows}``. Each environment is built once with
     ``environment.options`` and reset on each sampled row with that split's first seed, under
-    ``environment.step_timeout_s``; its ``close()`` is called after.
+    ``environment.step_timeout_s``; its ``close()`` is called after. So an environment that
+    cannot be imported, built or reset stops the run here, before the model loads, in one line
+    naming ``environment.name``. Placeholder rows (:mod:`grpokit.envs.own_episodes`) need an
+    environment whose ``reset`` returns the first observation, and no reward reading an answer.
     """
     e = cfg.environment
+    from grpokit.envs.own_episodes import is_placeholder
+
+    placeholders = any(is_placeholder(row) for rows in splits.values() for row in rows[:1])
     if not e.name:
+        if placeholders:
+            return ("data: set data.task (a built-in task) or data.path (a dataset file), or environment.name to an "
+                    "environment that makes its own episodes (see grpokit.envs.own_episodes)")
         return None
-    from grpokit.envs.base import environment_factory
+    if placeholders:
+        problem = _answer_reward(cfg)
+        if problem:
+            return problem
+    from grpokit.envs.base import environment_factory, environment_label
     from grpokit.envs.pool import call_all
 
     built: dict[str, Any] = {}
@@ -94,20 +108,59 @@ def rows_problem(cfg: Any, splits: dict[str, list[dict]], sample: int = 3) -> Op
         for split, rows in splits.items():
             for i, row in enumerate(rows[:sample]):
                 name = row.get("environment") or e.name
-                if name not in built:
-                    outcome = call_all([lambda n=name: environment_factory(n)(**e.options)], e.step_timeout_s)[0]
+                label = _field(row.get("environment"), e.name)
+                key = environment_label(name)
+                if key not in built:
+                    try:
+                        factory = environment_factory(name)
+                    except ValueError as exc:
+                        return f"{label}: {exc}"
+                    outcome = call_all([lambda f=factory: f(**e.options)], e.step_timeout_s)[0]
                     if not outcome.ok:
-                        return f"environment '{name}' cannot be built from environment.options {e.options}: {_why(outcome, e)}"
-                    built[name] = outcome.value
+                        return f"{label} cannot be built from environment.options {e.options}: {_why(outcome, e)}"
+                    missing = [m for m in ("reset", "step") if not callable(getattr(outcome.value, m, None))]
+                    if missing:
+                        return (f"{label} built a {type(outcome.value).__name__}, which has no {missing[0]}() method: an environment "
+                                "needs reset(row, seed) and step(action) (grpokit.envs.base), or is a gymnasium.Env")
+                    built[key] = outcome.value
                 seed = e.heldout_seed if split == "heldout" else 0
-                outcome = call_all([lambda env=built[name], r=row: env.reset(r, seed)], e.step_timeout_s)[0]
+                outcome = call_all([lambda env=built[key], r=row: env.reset(r, seed)], e.step_timeout_s)[0]
                 if not outcome.ok:
-                    return (f"environment '{name}' cannot start an episode from {split} row {i} ({_why(outcome, e)}): "
+                    return (f"{label} cannot start an episode from {split} row {i} ({_why(outcome, e)}): "
                             f"give the rows the columns it reads (data.task / data.path) or fix environment.name / environment.options")
+                if is_placeholder(row) and not outcome.value:
+                    return (f"{label} reset() returned no first observation, and the run has no data (data.task and data.path "
+                            "are null) whose prompt could be one: return the first observation from reset() or set data.task / data.path")
     finally:
         for env in built.values():
             if callable(getattr(env, "close", None)):
                 call_all([env.close], e.step_timeout_s)
+    return None
+
+
+def _field(own: Any, configured: Any) -> str:
+    """How a message names a row's environment: ``environment.name``, or the row's own ``environment`` column (``own``)."""
+    from grpokit.envs.base import environment_label
+
+    if not own or own == configured:
+        return f"environment.name '{environment_label(configured)}'"
+    return f"environment '{own}' (the rows' environment column)"
+
+
+def _answer_reward(cfg: Any) -> Optional[str]:
+    """Why a reward of an environment-only run cannot score (it reads the rows' ``answer``, which placeholder rows lack), or None."""
+    import inspect
+
+    from grpokit.rewards import resolve_reward
+
+    for i, r in enumerate(cfg.rewards):
+        try:
+            params = inspect.signature(resolve_reward(r.name)).parameters
+        except (ValueError, TypeError):
+            continue  # a reward that cannot load is refused by its own check, naming it
+        if "answer" in params and not r.kwargs.get("missing_ok"):
+            return (f"rewards[{i}] '{r.name}' reads the rows' answer column, and an environment-only run (data.task and data.path "
+                    "null) has none: score the episodes with {name: env_return} or {name: env_info, kwargs: {key: ...}}")
     return None
 
 

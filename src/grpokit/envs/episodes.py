@@ -9,8 +9,10 @@ on every token; ``sampling_logp`` is the sampler's log-prob on sampled tokens an
 
 The G rollouts of a group are G episodes of the same environment seed ("G rollouts of the same
 episode", as ActiveVLN, arXiv 2509.12618, §IV); their return (the sum of step rewards) reaches
-the rewards as the ``env_return`` column, and the trajectory's messages as ``messages``, so a
-reward function can judge the whole conversation. An episode ends when the environment
+the rewards as the ``env_return`` column, the trajectory's messages as ``messages`` (from the
+first observation reset() returned, else from the first model turn) and the whole conversation,
+the system message and the row's prompt before those, with roles, as ``conversation``, so a reward
+function can judge all of it (and the logged samples show all of it). An episode ends when the environment
 terminates or truncates it, at ``environment.max_turns`` model turns, or when the next turn
 would not fit ``environment.max_episode_tokens`` (a turn cut there ends the episode unsent).
 
@@ -30,7 +32,7 @@ from typing import Any, Optional
 import torch
 
 from grpokit.data.chat import render_prompt
-from grpokit.envs.base import Message, StepResult, environment_factory
+from grpokit.envs.base import Message, StepResult, environment_factory, environment_label
 from grpokit.envs.info import episode_metrics  # noqa: F401  (re-exported: the trainer's env/* metrics)
 from grpokit.envs.info import episode_columns
 from grpokit.envs.pool import EnvironmentFailure, call_all, check_outcome
@@ -52,6 +54,7 @@ class _Episode:
     logp: list[float] = field(default_factory=list)
     entropy: list[float] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
+    opening: list[Message] = field(default_factory=list)  # what comes before `messages` in the conversation (system, row prompt)
     ret: float = 0.0
     turn_rewards: list[float] = field(default_factory=list)  # the environment's reward of each answered turn
     cached: int = 0  # ids[:cached] are in the KV cache kept across turns (environment.kv_cache)
@@ -124,13 +127,14 @@ class EpisodeBackend:
             factory = environment_factory(name)
             seed = self.episode_seed(g) if seeds is None else seeds[g]
             for _ in range(group_size):
-                ep = _Episode(None, name, g, prompt_texts[g])
+                ep = _Episode(None, environment_label(name), g, prompt_texts[g])
                 episodes.append(ep)
                 resets.append(lambda ep=ep, factory=factory, row=row, seed=seed: self._start(ep, factory, row, seed))
         self._calls += seeds is None  # held-out episodes leave the training seeds' sequence alone
         for ep, out in zip(episodes, call_all(resets, c.step_timeout_s)):
             ep.error = check_outcome(out, ep.env_name, "reset()" if ep.env is not None else "__init__()", ep.row_index,
                                      c.on_error, c.step_timeout_s)
+            ep.opening = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
             if ep.error is not None:
                 ep.done = True
                 continue
@@ -138,6 +142,8 @@ class EpisodeBackend:
                 first = observation_messages(out.value, "user")
                 ep.prompt = render_prompt(self.tokenizer, first, self.system_prompt)
                 ep.messages = list(first)
+            else:
+                ep.opening += observation_messages(rows[ep.row_index]["prompt"], "user")
         return episodes
 
     def _start(self, ep: _Episode, factory: Any, row: dict, seed: int) -> Any:
@@ -293,8 +299,8 @@ class EpisodeBackend:
             entropy=on(out["entropy"]), prompts=[rows[ep.row_index]["prompt"] for ep in episodes],
             completions=[next((m["content"] for m in reversed(ep.messages) if m["role"] == "assistant"), "") for ep in episodes],
             rows=[rows[ep.row_index] for ep in episodes], engine=self.engine, action_mask=on(out["action"]),
-            episodes=[episode_columns(ep.ret, ep.messages, ep.turns, ep.terminated, ep.env_done, ep.error, ep.turn_rewards, ep.info)
-                      for ep in episodes],
+            episodes=[episode_columns(ep.ret, ep.messages, ep.turns, ep.terminated, ep.env_done, ep.error, ep.turn_rewards, ep.info,
+                                      conversation=ep.opening + ep.messages) for ep in episodes],
         )
 
 

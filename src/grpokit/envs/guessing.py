@@ -4,15 +4,20 @@ The ``guess_number`` task (``grpokit.data.tasks``) draws a range and a secret pe
 answers each guess with "higher", "lower" or ends the episode on the secret. Reward: 1 on
 finding the secret, less ``turn_penalty`` per extra guess (binary search is the optimal policy,
 so the return rewards using the feedback, not luck). A turn without a number is answered with a
-format reminder and costs a turn.
+format reminder and costs a turn. Without data (an environment-only run, :mod:`grpokit.envs.own_episodes`)
+the environment makes its own episodes: the range and the secret are drawn from the episode's seed
+as the task draws a row, and the task's prompt is the first observation.
 """
 
 from __future__ import annotations
 
+import random
 import re
 from typing import Any, Optional
 
+from grpokit.data.tasks import GUESS_TEMPLATE
 from grpokit.envs.base import ENVIRONMENTS, StepResult
+from grpokit.envs.own_episodes import is_placeholder
 
 _NUMBER = re.compile(r"-?\d+")
 
@@ -26,16 +31,27 @@ class GuessNumber:
     turns that held a number).
     """
 
-    def __init__(self, *, max_guesses: int = 6, turn_penalty: float = 0.1) -> None:
+    def __init__(self, *, max_guesses: int = 6, turn_penalty: float = 0.1, min_width: int = 4, max_width: int = 16) -> None:
         if max_guesses < 1 or turn_penalty < 0:
             raise ValueError(f"guess_number: environment.options max_guesses={max_guesses} must be at least 1 and "
                              f"turn_penalty={turn_penalty} at least 0")
+        if not 1 <= min_width <= max_width:
+            raise ValueError(f"guess_number: environment.options need 1 <= min_width <= max_width, got {min_width}, {max_width}")
         self.max_guesses, self.turn_penalty = max_guesses, turn_penalty
+        self.min_width, self.max_width = min_width, max_width  # the ranges of episodes it makes itself (no data)
 
     def reset(self, row: dict[str, Any], seed: Optional[int] = None) -> str:
+        self.guesses, self.valid = 0, 0
+        if is_placeholder(row):  # no data: the episode is drawn from its seed, as the guess_number task draws a row
+            rng = random.Random(seed)
+            lo = rng.randint(1, 50)
+            hi = lo + rng.randint(self.min_width, self.max_width) - 1
+            self.secret = rng.randint(lo, hi)
+            return GUESS_TEMPLATE.format(lo=lo, hi=hi)
         if row.get("answer") is None:
-            raise ValueError("guess_number: the row has no 'answer' column (the secret): use data.task=guess_number or give your rows one")
-        self.secret, self.guesses, self.valid = int(row["answer"]), 0, 0
+            raise ValueError("guess_number: the row has no 'answer' column (the secret): use data.task=guess_number, give your rows one, "
+                             "or set data.task=null for episodes it makes itself")
+        self.secret = int(row["answer"])
         return ""  # the row's prompt is the first observation
 
     def step(self, action: str) -> StepResult:

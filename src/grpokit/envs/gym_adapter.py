@@ -4,14 +4,29 @@ Gymnasium (PyPI ``gymnasium``; Towers et al., arXiv 2407.17032) is the reference
 options) -> (observation, info)`` and ``step(action) -> (observation, reward, terminated,
 truncated, info)``. An environment whose spaces are ``gymnasium.spaces.Text`` (or that returns
 strings regardless) plugs in unchanged: the episode's dataset row is passed as
-``reset(options={"row": row})``, so one registered id serves every prompt of a task.
+``reset(options={"row": row})``, so one registered id serves every prompt of a task. A user's own
+``gymnasium.Env`` subclass needs no registration: ``environment.name: my_env.py:MyEnv`` (or the
+class from Python) builds it with ``environment.options`` and wraps it here (:func:`as_environment`).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Optional
 
 from grpokit.envs.base import ENVIRONMENTS, StepResult
+
+
+def is_gymnasium_env(obj: Any) -> bool:
+    """True for an instance of ``gymnasium.Env`` (a wrapper included), without importing gymnasium when nothing did."""
+    gymnasium = sys.modules.get("gymnasium")
+    return gymnasium is not None and isinstance(obj, gymnasium.Env)
+
+
+def as_environment(built: Any, label: str) -> Any:
+    """What ``environment.name``'s class or factory built, as a grpokit environment: a ``gymnasium.Env`` through
+    :class:`GymnasiumEnv`, anything else as it is."""
+    return GymnasiumEnv.around(built, label) if is_gymnasium_env(built) else built
 
 
 def import_gymnasium():
@@ -36,6 +51,16 @@ class GymnasiumEnv:
         except gymnasium.error.Error as exc:
             raise ValueError(f"environment 'gymnasium': gymnasium.make({id!r}) failed: {exc}") from None
         self.id = id
+
+    @classmethod
+    def around(cls, env: Any, label: str) -> "GymnasiumEnv":
+        """The adapter around an already built ``gymnasium.Env`` (``label`` names it in messages)."""
+        adapter = cls.__new__(cls)
+        adapter.env, adapter.id = env, label
+        return adapter
+
+    def close(self) -> None:
+        self.env.close()
 
     def _text(self, observation: Any) -> Any:
         if isinstance(observation, (str, list)):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numbers
 from typing import Any, Optional
 
-FIXED_COLUMNS = ("env_return", "messages", "turns", "env_terminated", "env_done", "env_failed", "env_turn_rewards", "env_info", "env_error")
+FIXED_COLUMNS = ("env_return", "messages", "conversation", "turns", "env_terminated", "env_done", "env_failed", "env_turn_rewards", "env_info", "env_error")
 OWN_METRICS = ("return", "turns", "terminated_frac", "failed_episodes", "failed_frac", "action_tokens", "observation_tokens")
 
 
@@ -36,15 +36,16 @@ def metric_name(key: str) -> str:
 
 
 def episode_columns(ret: float, messages: list, turns: int, terminated: bool, env_done: bool, error: Optional[str],
-                    turn_rewards: list[float], info: dict[str, Any]) -> dict[str, Any]:
+                    turn_rewards: list[float], info: dict[str, Any], conversation: Optional[list] = None) -> dict[str, Any]:
     """What an episode hands the reward functions, one column per key (``RolloutBatch.columns``).
 
     ``env_done``: the environment ended the episode (terminated or truncated it), not one of
     grpokit's caps; ``env_failed``: the environment raised or hung (``env_error`` says how);
     ``env_info``: the last value of every info key; ``env_<key>`` per key unless it would shadow
-    a column above.
+    a column above; ``conversation``: every message of the episode with its role (system, the
+    first observation or the row's prompt, then model turns and observations), ``messages`` if not given.
     """
-    own = {"env_return": ret, "messages": messages, "turns": turns, "env_terminated": terminated, "env_done": env_done,
+    own = {"env_return": ret, "messages": messages, "conversation": list(messages if conversation is None else conversation), "turns": turns, "env_terminated": terminated, "env_done": env_done,
            "env_failed": error is not None, "env_error": error, "env_turn_rewards": list(turn_rewards), "env_info": dict(info)}
     return {**{f"env_{k}": v for k, v in info.items() if f"env_{k}" not in FIXED_COLUMNS}, **own}
 

@@ -27,6 +27,7 @@ from typing import Any, Optional
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text  # model and environment text, never read as rich markup
 
 from grpokit.data.chat import prompt_text
 
@@ -186,17 +187,35 @@ def rollout_entropy(batch: Any) -> dict[str, float]:
 
 
 def sample_records(batch: Any, scores: Any, adv: Any, n: int) -> list[dict[str, Any]]:
-    """One logged completion (prompt, completion, rewards, advantage) from each of the first ``n`` groups."""
+    """One logged completion (prompt, completion, rewards, advantage) from each of the first ``n`` groups.
+
+    An environment episode's record also holds its whole ``conversation`` (every message with its
+    role: the system message, the first observation or the row's prompt, model turns and
+    observations; :mod:`grpokit.envs.episodes`), and its ``prompt`` is the conversation's first user
+    message (what the policy was shown, not an environment-only run's placeholder row text).
+    """
     first = [int((batch.group_ids == g).nonzero()[0]) for g in range(min(n, int(batch.group_ids.max()) + 1))]
-    return [
-        {
+    records = []
+    for i in first:
+        record = {
             "prompt": batch.prompts[i],
             "completion": batch.completions[i],
             "rewards": {k: float(v[i]) for k, v in scores.per_reward.items()},
             "advantage": float(adv[i]),
         }
-        for i in first
-    ]
+        if batch.episodes:
+            episode = batch.episodes[i]
+            conversation = episode.get("conversation") or episode.get("messages") or []
+            record["conversation"] = conversation
+            record["prompt"] = next((m["content"] for m in conversation if m.get("role") == "user"), record["prompt"])
+            record["turns"] = episode.get("turns")
+        records.append(record)
+    return records
+
+
+def conversation_text(conversation: list[dict[str, Any]]) -> str:
+    """A conversation as one ``role: content`` line per message, for the printed sample table."""
+    return "\n".join(f"{m.get('role', '?')}: {m.get('content', '')}" for m in conversation)
 
 
 class RunLogger:
@@ -251,15 +270,20 @@ class RunLogger:
             self._append("samples.jsonl", {"step": step, **s})
 
     def print_samples_table(self, step: int, samples: list[dict[str, Any]], reward_names: list[str]) -> None:
-        table = Table(title=f"step {step}: sampled completions", show_lines=True)
-        table.add_column("prompt", overflow="fold", max_width=40)
-        table.add_column("completion", overflow="fold", max_width=60)
+        episodes = bool(samples) and all("conversation" in s for s in samples)
+        table = Table(title=f"step {step}: sampled {'episodes' if episodes else 'completions'}", show_lines=True)
+        if episodes:  # the whole conversation of each episode, every turn with its role
+            table.add_column("conversation", overflow="fold", max_width=100)
+        else:
+            table.add_column("prompt", overflow="fold", max_width=40)
+            table.add_column("completion", overflow="fold", max_width=60)
         for name in reward_names:
             table.add_column(name, justify="right")
         table.add_column("adv", justify="right")
         for s in samples:
             rewards = [f"{s['rewards'][n]:.2f}" if s["rewards"][n] == s["rewards"][n] else "-" for n in reward_names]
-            table.add_row(prompt_text(s["prompt"]), s["completion"], *rewards, f"{s['advantage']:+.2f}")
+            text = [Text(conversation_text(s["conversation"]))] if episodes else [prompt_text(s["prompt"]), s["completion"]]
+            table.add_row(*text, *rewards, f"{s['advantage']:+.2f}")
         self.console.print(table)
 
     def close(self) -> None:
