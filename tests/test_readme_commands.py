@@ -304,6 +304,27 @@ def test_readme_is_a_front_door():
     assert lines < README_MAX_LINES, f"README.md has {lines} lines: move the detail into a docs/ page (the README links it)"
 
 
+def _anchors(page: Path) -> set[str]:
+    """The heading anchors of a markdown page, as GitHub makes them (lower case, punctuation dropped, spaces to -)."""
+    headings = re.findall(r"^#+ (.+)$", re.sub(r"^\s*```.*?^\s*```", "", page.read_text(), flags=re.S | re.M), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_link_of_the_readme_and_docs_resolves():
+    broken = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"^(https?:|mailto:)", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path) if path else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, "broken links: " + "; ".join(broken)
+
+
 def test_every_docs_page_is_linked_from_the_readme_or_another_page():
     pages = [p for p in PAGES if p != README]
     links = {(p.parent / t).resolve() for p in PAGES for t in re.findall(r"\]\(([^)#\s]+)", p.read_text())}

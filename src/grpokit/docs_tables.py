@@ -213,6 +213,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     mode.add_argument("--write", action="store_true", help=f"rewrite the generated blocks of {', '.join(FILES)}")
     mode.add_argument("--check", action="store_true", help="exit 1 when a committed block differs from the registries")
     args = parser.parse_args(argv)
+    if (args.write or args.check) and not (ROOT / "docs").is_dir():
+        parser.error(f"--write / --check work in a source checkout (an editable install); {ROOT} has no docs/ folder")
     if args.write:
         for f in FILES:
             (ROOT / f).write_text(render_file(ROOT / f))
