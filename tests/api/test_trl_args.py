@@ -90,3 +90,22 @@ def test_every_field_is_documented_and_no_name_is_in_two_tables():
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}
     assert all(f.metadata.get("doc") for f in dataclasses.fields(GRPOConfig))
     assert not fields & set(PLUMBING) and not fields & set(REFUSED_UNLESS_DEFAULT) and not set(PLUMBING) & set(REFUSED_UNLESS_DEFAULT)
+
+
+def test_max_prompt_length_is_not_a_trl_1_16_argument_either():
+    trl = pytest.importorskip("trl")
+    with pytest.raises(TypeError):
+        trl.GRPOConfig(output_dir="o", max_prompt_length=128)
+    with pytest.raises(TypeError, match="max_prompt_length"):
+        GRPOConfig(output_dir="o", max_prompt_length=128)
+
+
+def test_report_to_takes_a_string_or_a_list_and_none_is_empty():
+    assert GRPOConfig(report_to="none").report_to == [] and GRPOConfig(report_to=["tensorboard", "trackio"]).report_to == ["tensorboard", "trackio"]
+    assert GRPOConfig(report_to="tensorboard").to_native(4).logging.report_to == ["tensorboard"]
+
+
+def test_save_arguments_map_to_checkpoint_every_and_keep():
+    cfg = GRPOConfig(save_steps=4, num_iterations=2, max_steps=8, save_total_limit=1).to_native(4)
+    assert (cfg.logging.checkpoint_every, cfg.logging.keep_checkpoints) == (2, 1)  # 4 optimizer steps = 2 grpokit steps of mu=2
+    assert GRPOConfig(save_strategy="no").to_native(4).logging.checkpoint_every == 0

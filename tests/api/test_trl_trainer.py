@@ -121,3 +121,38 @@ def _jsonl(path):
     import json
 
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_save_strategy_no_writes_no_checkpoint_and_disable_dropout_zeroes_dropout(tiny_model_dir, short_args):
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, train_dataset=PROMPTS,
+                          args=GRPOConfig(**short_args, save_strategy="no", disable_dropout=True))
+    trainer.train()
+    assert not (trainer.native.run_dir / "checkpoints").exists()
+    assert all(m.attention_dropout == 0.0 for m in trainer.model.modules() if hasattr(m, "attention_dropout"))
+    with pytest.raises(UnsupportedArgument, match=r"eval_strategy='steps'\) needs GRPOTrainer\(eval_dataset=...\)"):
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, train_dataset=PROMPTS, args=GRPOConfig(**short_args, eval_strategy="steps"))
+
+
+@pytest.mark.parametrize("scale, rewards, expected", [
+    # group: mean 0.25, unbiased std sqrt((0.75^2 + 3 x 0.25^2) / 3) = 0.5; TRL divides by std + 1e-4
+    ("group", [1.0, 0.0, 0.0, 0.0], [0.75 / 0.5001, -0.25 / 0.5001, -0.25 / 0.5001, -0.25 / 0.5001]),
+    # batch: group means 0.5 and 3 subtracted, divided by the batch's unbiased std: rewards 1, 0, 3, 3 -> sqrt(6.75 / 3) = 1.5
+    ("batch", [1.0, 0.0, 3.0, 3.0], [0.5 / 1.5001, -0.5 / 1.5001, 0.0, 0.0]),
+    ("none", [1.0, 0.0, 3.0, 3.0], [0.5, -0.5, 0.0, 0.0]),
+])
+def test_advantages_are_trls_for_each_scale_rewards(tiny_model_dir, short_args, scale, rewards, expected):
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, train_dataset=PROMPTS,
+                          args=GRPOConfig(**short_args, scale_rewards=scale))
+    groups = torch.tensor([0, 0, 0, 0]) if scale == "group" else torch.tensor([0, 0, 1, 1])
+    adv, _ = trainer.native.advantages(torch.tensor(rewards), groups)
+    torch.testing.assert_close(adv, torch.tensor(expected), rtol=0, atol=1e-6)
+
+
+def test_grpokit_methods_are_reachable_through_the_grpokit_argument(tiny_model_dir, short_args):
+    args = GRPOConfig(**short_args, grpokit={"algorithm": {"advantage": "rloo"}, "rollout.top_k": 3})
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, train_dataset=PROMPTS, args=args)
+    assert trainer.native.cfg.algorithm.advantage == "rloo" and trainer.native.cfg.rollout.top_k == 3
+    # RLOO: each completion's baseline is the mean of the other G - 1 = 1 rewards of its group (no std scaling)
+    adv, _ = trainer.native.advantages(torch.tensor([1.0, 0.0, 3.0, 5.0]), torch.tensor([0, 0, 1, 1]))
+    torch.testing.assert_close(adv, torch.tensor([1.0, -1.0, -2.0, 2.0]))
+    trainer.train()

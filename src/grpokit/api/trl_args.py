@@ -277,7 +277,8 @@ class GRPOConfig:
             "epsilon": {"algorithm.epsilon_low": self.epsilon, "algorithm.epsilon_high": self.epsilon_high if self.epsilon_high is not None else self.epsilon},
             "importance_sampling_level": {"algorithm.ratio": self.importance_sampling_level},
             "loss_type": {"algorithm.loss": "ppo_clip", "algorithm.aggregation": LOSS_TYPES[self.loss_type]},
-            "scale_rewards": {"algorithm.advantage": "grpo", "algorithm.scale": self.scale_rewards, "algorithm.std_mode": "unbiased", "algorithm.std_eps": 1e-4},
+            "scale_rewards": {"algorithm.advantage": "grpo", "algorithm.scale": self.scale_rewards,
+                              **({"algorithm.std_mode": "unbiased", "algorithm.std_eps": 1e-4} if self.scale_rewards != "none" else {})},
             "mask_truncated_completions": {"algorithm.mask_truncated": self.mask_truncated_completions},
             "seed": {"train.seed": self.seed, "data.seed": self.seed},
             "use_cpu": {"model.device": "cpu"} if self.use_cpu else {},
@@ -311,7 +312,10 @@ class GRPOConfig:
             log.warning("GRPOConfig(bf16=%s): grpokit has no autocast mixed precision; the model trains in model.dtype "
                         "(float32 unless grpokit={'model.dtype': 'bfloat16'})", self.bf16)
         base = to_dict(self.grpokit) if _is_config(self.grpokit) else {}
-        data = merge(base, _nest(self.trl_overrides(n_rows)))
+        trl = self.trl_overrides(n_rows)
+        if "algorithm.advantage" in _dotted(self.grpokit):  # another estimator: TRL's std convention is grpo's option
+            trl = {k: v for k, v in trl.items() if k not in ("algorithm.std_mode", "algorithm.std_eps")}
+        data = merge(base, _nest(trl))
         if self.grpokit is not None and not _is_config(self.grpokit):
             if not isinstance(self.grpokit, dict):
                 raise UnsupportedArgument(f"GRPOConfig(grpokit={type(self.grpokit).__name__}): give a dict of native keys or a grpokit Config")

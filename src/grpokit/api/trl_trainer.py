@@ -54,8 +54,8 @@ def trl_metrics(metrics: dict[str, float]) -> dict[str, float]:
             out[TRL_NAMES[key]] = value
         elif key.startswith("reward/") and key.endswith(("/mean", "/std")):
             out["rewards/" + key[len("reward/"):]] = value
-        elif key != "entropy":  # the learner's entropy covers only the rows it learned; TRL's covers every completion
-            out[key] = value
+        elif key not in ("entropy", "accuracy"):  # the learner's entropy covers only the rows it learned (TRL's: every
+            out[key] = value  # completion); accuracy is grpokit's first-reward >= 1 judge, which a TRL run does not have
     return out
 
 
@@ -90,6 +90,8 @@ class GRPOTrainer:
             raise UnsupportedArgument("GRPOTrainer(eval_dataset={...}): give one eval dataset (grpokit evaluates one set)")
         rows = self._rows(train_dataset, "train_dataset")
         eval_rows = self._rows(eval_dataset, "eval_dataset") if eval_dataset is not None else None
+        if self.args.eval_strategy != "no" and eval_rows is None:
+            raise UnsupportedArgument(f"GRPOConfig(eval_strategy={self.args.eval_strategy!r}) needs GRPOTrainer(eval_dataset=...)")
         cfg = self.args.to_native(len(rows))
         model, tokenizer = self._policy(model, processing_class, peft_config, cfg)
         rewards = self._rewards(reward_funcs, reward_processing_classes)
@@ -99,13 +101,16 @@ class GRPOTrainer:
         if self.args.disable_dropout:
             import torch
 
-            for module in self.native.model.modules():
+            for module in self.native.model.modules():  # nn.Dropout layers and attention's dropout probability
                 if isinstance(module, torch.nn.Dropout):
                     module.p = 0.0
+                if isinstance(getattr(module, "attention_dropout", None), float):
+                    module.attention_dropout = 0.0
         self.model, self.processing_class = self.native.model, self.native.tokenizer
         self.reward_func_names = [r.name for r in self.native.rewards]
         self.state, self.control = TrainerState(), TrainerControl()
         self.state.max_steps = cfg.train.steps * cfg.algorithm.num_iterations
+        self.state.num_train_epochs = self.args.num_train_epochs
         self.state.logging_steps, self.state.save_steps = self.args.logging_steps, self.args.save_steps
         self.callbacks = [cb() if isinstance(cb, type) else cb for cb in callbacks or []]
         self._n_rows = len(self.native.splits.train)
