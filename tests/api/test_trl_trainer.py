@@ -105,7 +105,7 @@ def test_refused_trainer_arguments_are_one_line(tiny_model_dir, short_args):
         GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, args=GRPOConfig(**short_args), train_dataset=PROMPTS,
                     optimizers=(torch.optim.SGD([torch.zeros(1)], lr=1.0), None))
     assert "\n" not in str(err.value)
-    with pytest.raises(ValueError, match="model 'nobody/no-such-model' is not a local folder"):
+    with pytest.raises(ValueError, match="model 'nobody/no-such-model' is not in the Hugging Face cache"):
         GRPOTrainer(model="nobody/no-such-model", reward_funcs=reward_len, args=GRPOConfig(**short_args), train_dataset=PROMPTS)
 
 
@@ -156,3 +156,36 @@ def test_grpokit_methods_are_reachable_through_the_grpokit_argument(tiny_model_d
     adv, _ = trainer.native.advantages(torch.tensor([1.0, 0.0, 3.0, 5.0]), torch.tensor([0, 0, 1, 1]))
     torch.testing.assert_close(adv, torch.tensor([1.0, -1.0, -2.0, 2.0]))
     trainer.train()
+
+
+def test_a_hub_id_is_read_from_the_local_hugging_face_cache(tiny_model_dir, short_args, tmp_path, monkeypatch):
+    import shutil
+
+    repo = tmp_path / "hub" / "models--someorg--tiny-llama"
+    shutil.copytree(tiny_model_dir, repo / "snapshots" / "abc123")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    trainer = GRPOTrainer(model="someorg/tiny-llama", reward_funcs=reward_len, args=GRPOConfig(**short_args), train_dataset=PROMPTS)
+    assert trainer.native.cfg.model.name == str(repo / "snapshots" / "abc123")
+
+
+def test_a_reward_model_folder_string_scores_with_its_first_logit(tiny_model_dir, short_args, tmp_path):
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(tiny_model_dir, num_labels=1)
+    torch.manual_seed(0)
+    rm = AutoModelForSequenceClassification.from_config(config)
+    folder = tmp_path / "tiny-rm"
+    rm.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(folder)
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[str(folder)], args=GRPOConfig(**short_args), train_dataset=PROMPTS)
+    assert trainer.reward_func_names == ["tiny-rm"]
+    reward = trainer.native.rewards[0].fn
+    tok = trainer.native.tokenizer
+    ids = tok(["ab" + "cd"], return_tensors="pt", add_special_tokens=False)
+    with torch.no_grad():
+        expected = rm.eval()(**ids).logits[0, 0].item()  # TRL: prompt + completion, no special tokens, logit 0
+    assert reward(["ab"], ["cd"]) == pytest.approx([expected], abs=1e-5)
+    trainer.train()
+    assert "rewards/tiny-rm/mean" in trainer.state.log_history[0]

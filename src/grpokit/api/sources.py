@@ -23,21 +23,21 @@ class SourceError(ValueError):
 
 
 def resolve_model_name(name: str, what: str = "model") -> str:
-    """A name grpokit's loaders read: an embedded name, a local path, or the cached snapshot folder of a Hub id."""
+    """A name grpokit's loaders read: an embedded name, a local path, or the cached snapshot folder of a Hub id
+    (:func:`grpokit.model.hub.find_cached`; not cached: its one-line problem)."""
+    from grpokit.model import hub
     from grpokit.model.loading import EMBEDDED_MODELS
 
     name = MODEL_ALIASES.get(name, name)
     if name in EMBEDDED_MODELS or Path(name).expanduser().exists():
         return name
-    if name.count("/") == 1 and not name.startswith((".", "/", "~")):
-        from huggingface_hub import snapshot_download
-
-        try:
-            return snapshot_download(name, local_files_only=True)
-        except Exception:  # noqa: BLE001 - not cached (or not a repo id): the one line below says what to do
-            pass
+    if "/" in name and hub.is_hub_id(name):
+        folder, problem = hub.find_cached(name)
+        if folder is not None:
+            return str(folder)
+        raise SourceError(f"{what}: {problem}")
     raise SourceError(f"{what} '{name}' is not a local folder, an embedded model ({', '.join(['smollm2', *sorted(EMBEDDED_MODELS)])}) "
-                      "nor a Hub id in the local Hugging Face cache (grpokit runs offline): download it first or pass a folder")
+                      "nor a Hub id (org/name) in the local Hugging Face cache")
 
 
 def reward_from_string(spec: str, tokenizer: Any = None) -> Any:
