@@ -316,7 +316,8 @@ class Trainer:
             self.logger.print_samples_table(self.step, samples, list(scores.per_reward))
 
     # ------------------------------------------------------------------ eval, checkpoints
-    def evaluate(self, label: str) -> dict[str, float]:
+    def evaluate(self, label: str = "eval") -> dict[str, float]:
+        """Greedy held-out accuracy of the accuracy judge (``eval.*``), logged under ``label``; {} without held-out answers."""
         rows = self.splits.heldout
         if not rows or not self.learners.is_main:
             return {}
