@@ -73,7 +73,9 @@ def environment_label(name: Any) -> str:
     """How messages name an environment: its registered name or spec, or ``module:Name`` for a class or factory object."""
     if isinstance(name, str):
         return name
-    return f"{getattr(name, '__module__', '?')}:{getattr(name, '__qualname__', type(name).__name__)}"
+    if hasattr(name, "__module__") and hasattr(name, "__qualname__"):  # a class or function
+        return f"{name.__module__}:{name.__qualname__}"
+    return repr(name)
 
 
 def environment_factory(name: Any) -> Any:
