@@ -169,6 +169,8 @@ def test_an_environment_named_with_no_data_source_plays_its_own_episodes():
     ((f"environment.name={__file__}:Counter", "environment.options={fail_reset: true}", *RETURN_ONLY),
      "RuntimeError: no world to start from"),
     (("environment.name=null", "data.task=null", "rewards=[{name: answer_match}]"), "data: set data.task"),
+    ((f"environment.name={__file__}:Counter", "data.task=guess_number", *RETURN_ONLY),  # its rows all say guess_number
+     "plays no episode: every row names its own environment ('guess_number'"),
 ])
 def test_an_environment_only_run_that_cannot_work_is_refused_in_one_line(tmp_path, extra, expected):
     from grpokit.trainer import setup

@@ -101,6 +101,12 @@ def rows_problem(cfg: Any, splits: dict[str, list[dict]], sample: int = 3) -> Op
         if problem:
             return problem
     from grpokit.envs.base import environment_factory, environment_label
+
+    own = {row.get("environment") for rows in splits.values() for row in rows}
+    if own and None not in own and "" not in own and e.name not in own:  # every row plays its own: environment.name plays none
+        return (f"environment.name '{environment_label(e.name)}' plays no episode: every row names its own environment "
+                f"('{sorted(map(str, own))[0]}', the rows' environment column, e.g. written by data.task): set data.task=null for "
+                "episodes the environment makes itself, or give rows without that column (data.path)")
     from grpokit.envs.pool import call_all
 
     built: dict[str, Any] = {}
