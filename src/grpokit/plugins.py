@@ -4,7 +4,7 @@ One resolver for everything a config or a script may name by import path (reward
 environment classes, datasets, policy families, plugin modules). A file path is relative to
 the working folder or absolute; a module name is looked up on ``sys.path`` with the working
 folder on it, as ``python -m`` would (the ``grpokit`` console script does not put it there
-by itself). Every failure is one ``PluginError`` line naming the spec and the fix.
+by itself). Every failure is one ``PluginError`` line naming the string and the fix.
 """
 
 from __future__ import annotations

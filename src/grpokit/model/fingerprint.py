@@ -24,7 +24,7 @@ Two things follow:
   GEMM), no MKL shim, deterministic algorithms.
   Bit-identity across x86 CPUs is designed for, and verified only against the perturbations one
   machine allows (with / without the shim, other outer ``ATEN_CPU_CAPABILITY`` /
-  ``MKL_ENABLE_INSTRUCTIONS``), see the README.
+  ``MKL_ENABLE_INSTRUCTIONS``), see docs/families/embedded_models.md.
 
     python -m grpokit.model.fingerprint FOLDER       # recompute a folder's digest and print its record
 """

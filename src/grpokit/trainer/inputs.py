@@ -48,8 +48,10 @@ def run_family(cfg: Config, model=None, tokenizer=None):
     auto`` the family found is written into ``cfg.model.family``, so every later check, the saved
     config.yaml and a resumed run use the same family.
     """
+    from grpokit.config.loading import load_config_plugins
     from grpokit.families import family_of
 
+    load_config_plugins(cfg.plugins)  # a Config built in Python has not been through load_config (imports are cached)
     try:
         family = family_of(cfg, model, tokenizer)
     except ValueError as exc:
