@@ -111,6 +111,9 @@ class Policy(Protocol):
 
     capabilities: Capabilities
     module: torch.nn.Module  # the trained module (parameters, train/eval, checkpoints)
+    # The policy's own sampler behind ``GenerationBackend.generate(prompts, rows, k, params)`` (and ``pad_id``): held-out
+    # evaluation, validation batches and self-verification draw through it, so they sample exactly as training does.
+    backend: Any
 
     @property
     def device(self) -> torch.device: ...
