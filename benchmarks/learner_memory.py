@@ -54,7 +54,7 @@ def _status_mib(field: str) -> float:
 def child(mode: str, length: int, rows: int, chunk: int, objective_name: str = "grpo") -> None:
     import torch
 
-    from grpokit.algos.objective import grpo_objective
+    from grpokit.algos.objective import BatchTotals, ObjectiveTerms, grpo_objective
     from grpokit.algos.offline import OFFLINE_LOSSES, OfflineInputs
     from grpokit.algos.losses import LossInputs
     from grpokit.model.loading import load_model
@@ -86,9 +86,8 @@ def child(mode: str, length: int, rows: int, chunk: int, objective_name: str = "
         if objective_name == "dpo":
             return offline(OfflineInputs(logp=logp, mask=mask.float(), ref_logp=ref_logp[:, : logp.shape[1]]), beta=0.1, num_rows=rows / 2)[0]
         inp = LossInputs(logp=logp, old_logp=logp.detach(), adv=adv, mask=mask.float())
-        loss, _ = grpo_objective(inp, policy_loss=loss_fn, aggregate=agg, kl_estimator=None, beta=0.0,
-                                 loss_options={"epsilon_low": 0.2, "epsilon_high": 0.2}, num_seqs=float(rows),
-                                 num_tokens=float(mask.sum()), max_len=mask.shape[1])
+        terms = ObjectiveTerms(loss_fn, agg, loss_options={"epsilon_low": 0.2, "epsilon_high": 0.2})
+        loss, _ = grpo_objective(inp, terms, BatchTotals(num_seqs=float(rows), num_tokens=float(mask.sum()), max_len=mask.shape[1]))
         return loss
 
     def step(args):

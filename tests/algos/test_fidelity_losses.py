@@ -3,6 +3,7 @@ without loss tokens leave DisCO's and Reg-GRPO's group statistics, DisCO's const
 accumulation, and SAPO's soft gate (hand-computed values and its defining properties)."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import torch
 from grpokit.algos.aggregation import AGGREGATIONS
 from grpokit.algos.kl import KL_ESTIMATORS
 from grpokit.algos.losses import POLICY_LOSSES, LossInputs
-from grpokit.algos.objective import grpo_objective
+from grpokit.algos.objective import BatchTotals, ObjectiveTerms, grpo_objective
 from grpokit.algos.token_weights import TOKEN_WEIGHTS
 
 SMTM = AGGREGATIONS.get("seq_mean_token_mean")
@@ -48,9 +49,8 @@ def test_lambda_grpo_weights_scale_the_kl_term():
     # token_mean: β Σ w k3 / 3 = 0.5 (1/3 · 0.30685 + 1/2 · 0 + 1 · 0.30685) / 3 = 0.068190
     # (unweighted, the fault: 0.5 · 2 · 0.30685 / 3 = 0.10228)
     # d/dl_t = β w_t (1 - e^{d_t}) / 3 = 0.5 w_t (1 - 2) / 3 on t = 0, 2 -> [-1/18, 0, -1/6]
-    inp = _kl_row()
-    w = torch.tensor([[1 / 3, 1 / 2, 1.0]])
-    loss, m = grpo_objective(inp, policy_loss=PPO, aggregate=TOKEN_MEAN, kl_estimator=K3, beta=0.5, token_weights=w)
+    inp = replace(_kl_row(), token_weights=torch.tensor([[1 / 3, 1 / 2, 1.0]]))
+    loss, m = grpo_objective(inp, ObjectiveTerms(PPO, TOKEN_MEAN, kl_estimator=K3, beta=0.5))
     loss.backward()
     assert float(loss) == pytest.approx(0.5 * (K3_LN2 / 3 + K3_LN2) / 3, rel=1e-6)
     torch.testing.assert_close(inp.logp.grad, torch.tensor([[-1 / 18, 0.0, -1 / 6]]), rtol=1e-6, atol=1e-7)
@@ -65,8 +65,9 @@ def test_all_weights_leave_grpo_bit_identical():
     out = []
     for weights in (None, TOKEN_WEIGHTS.get("all")(mask)[0]):
         lp = logp.clone().requires_grad_(True)
-        inp = LossInputs(logp=lp, old_logp=old, adv=torch.tensor([1.0, -0.5, 0.3, -0.8]), mask=mask, ref_logp=ref)
-        loss, _ = grpo_objective(inp, policy_loss=PPO, aggregate=SMTM, kl_estimator=K3, beta=0.04, token_weights=weights)
+        inp = LossInputs(logp=lp, old_logp=old, adv=torch.tensor([1.0, -0.5, 0.3, -0.8]), mask=mask, ref_logp=ref,
+                         token_weights=weights)
+        loss, _ = grpo_objective(inp, ObjectiveTerms(PPO, SMTM, kl_estimator=K3, beta=0.04))
         loss.backward()
         out.append((loss.detach(), lp.grad))
     assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])
@@ -84,9 +85,8 @@ def test_spine_kl_acts_on_forks_only_normalised_by_their_count():
     # L = Agg[f g] + β Σ_f k3 / Σ f; with A = 0: β (0.30685 + 0.30685) / 2 = 0.1 · 0.30685 = 0.030685
     # d/dl on a fork: β (1 - e^{ln 2}) / 2 = -0.05; every non-fork token: exactly 0
     logp, mask, forks, ref = _fork_batch()
-    inp = LossInputs(logp=logp, old_logp=logp.detach(), adv=torch.zeros(2), mask=mask, ref_logp=ref)
-    loss, _ = grpo_objective(inp, policy_loss=PPO, aggregate=SMTM, kl_estimator=K3, beta=0.1, token_weights=forks,
-                             kl_scope="selected")
+    inp = LossInputs(logp=logp, old_logp=logp.detach(), adv=torch.zeros(2), mask=mask, ref_logp=ref, token_weights=forks)
+    loss, _ = grpo_objective(inp, ObjectiveTerms(PPO, SMTM, kl_estimator=K3, beta=0.1, kl_scope="selected"))
     loss.backward()
     assert float(loss) == pytest.approx(0.1 * K3_LN2, rel=1e-6)
     torch.testing.assert_close(logp.grad, -0.05 * forks, rtol=1e-6, atol=0.0)
@@ -95,9 +95,8 @@ def test_spine_kl_acts_on_forks_only_normalised_by_their_count():
 def test_spine_non_fork_tokens_get_no_gradient_with_advantages_and_kl():
     logp, mask, forks, ref = _fork_batch()
     old = logp.detach() + torch.tensor([[0.05, -0.02, 0.01], [0.03, 0.0, 0.0]])
-    inp = LossInputs(logp=logp, old_logp=old, adv=torch.tensor([1.0, -1.0]), mask=mask, ref_logp=ref)
-    loss, _ = grpo_objective(inp, policy_loss=PPO, aggregate=TOKEN_MEAN, kl_estimator=K3, beta=0.1,
-                             token_weights=forks, kl_scope="selected")
+    inp = LossInputs(logp=logp, old_logp=old, adv=torch.tensor([1.0, -1.0]), mask=mask, ref_logp=ref, token_weights=forks)
+    loss, _ = grpo_objective(inp, ObjectiveTerms(PPO, TOKEN_MEAN, kl_estimator=K3, beta=0.1, kl_scope="selected"))
     loss.backward()
     assert float(logp.grad[forks == 0].abs().max()) == 0.0 and float(logp.grad[forks > 0].abs().min()) > 0
 
@@ -109,9 +108,9 @@ def test_spine_selected_kl_sums_over_micro_batches_with_the_batch_fork_count():
         lp = logp.detach().clone().requires_grad_(True)
         for rows in parts:
             inp = LossInputs(logp=lp[rows], old_logp=lp[rows].detach(), adv=torch.zeros(2)[rows], mask=mask[rows],
-                             ref_logp=ref[rows])
-            loss, _ = grpo_objective(inp, policy_loss=PPO, aggregate=SMTM, kl_estimator=K3, beta=0.1, num_seqs=2.0,
-                                     token_weights=forks[rows], kl_scope="selected", num_selected=2.0)
+                             ref_logp=ref[rows], token_weights=forks[rows])
+            loss, _ = grpo_objective(inp, ObjectiveTerms(PPO, SMTM, kl_estimator=K3, beta=0.1, kl_scope="selected"),
+                                     BatchTotals(num_seqs=2.0, num_selected=2.0))
             loss.backward()
         grads.append(lp.grad)
     torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
@@ -119,7 +118,15 @@ def test_spine_selected_kl_sums_over_micro_batches_with_the_batch_fork_count():
 
 def test_unknown_kl_scope_is_refused():
     with pytest.raises(ValueError, match="kl_scope"):
-        grpo_objective(_kl_row(), policy_loss=PPO, aggregate=SMTM, kl_scope="forks")
+        ObjectiveTerms(PPO, SMTM, kl_scope="forks")
+
+
+def test_a_kl_coefficient_without_an_estimator_or_below_zero_is_refused():
+    # before, beta > 0 without an estimator silently dropped the KL term
+    with pytest.raises(ValueError, match="beta is 0.1 but kl_estimator is None"):
+        ObjectiveTerms(PPO, SMTM, beta=0.1)
+    with pytest.raises(ValueError, match="beta is -0.1"):
+        ObjectiveTerms(PPO, SMTM, kl_estimator=K3, beta=-0.1)
 
 
 # ---------------------------------------------------------------- rows without loss tokens
@@ -212,8 +219,8 @@ def _disco_grad(name, adv, rows_per_part, d):
         rows = slice(start, start + rows_per_part)
         inp = LossInputs(logp=lp[rows], old_logp=old[rows], adv=adv[rows], mask=mask[rows], group_ids=gid[rows],
                          constraint_kl=torch.tensor(d))
-        loss, _ = grpo_objective(inp, policy_loss=POLICY_LOSSES.get(name), aggregate=SMTM, num_seqs=6.0,
-                                 num_tokens=float(mask.sum()), loss_options={"delta": 1e-4, "constraint_beta": 1e3})
+        loss, _ = grpo_objective(inp, ObjectiveTerms(POLICY_LOSSES.get(name), SMTM, loss_options={"delta": 1e-4, "constraint_beta": 1e3}),
+                                 BatchTotals(num_seqs=6.0, num_tokens=float(mask.sum())))
         loss.backward()
         value += float(loss)
     return value, lp.grad, mask

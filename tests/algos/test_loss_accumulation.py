@@ -5,7 +5,7 @@ import torch
 
 from grpokit.algos.aggregation import AGGREGATIONS
 from grpokit.algos.losses import POLICY_LOSSES, LossInputs
-from grpokit.algos.objective import grpo_objective
+from grpokit.algos.objective import BatchTotals, ObjectiveTerms, grpo_objective
 
 G, GROUPS, T = 3, 2, 5
 ROWS = G * GROUPS
@@ -40,11 +40,9 @@ def grad(name, aggregation, rows_per_part):
         inp = LossInputs(logp=logp[rows], **{k: v[rows] for k, v in data.items()})
         loss, _ = grpo_objective(
             inp,
-            policy_loss=POLICY_LOSSES.get(name),
-            aggregate=AGGREGATIONS.get(aggregation),
-            loss_options={"epsilon_low": 0.2, "epsilon_high": 0.28},  # what the trainer passes every loss
-            num_seqs=float(ROWS),
-            num_tokens=float(data["mask"].sum()),
+            ObjectiveTerms(POLICY_LOSSES.get(name), AGGREGATIONS.get(aggregation),
+                           loss_options={"epsilon_low": 0.2, "epsilon_high": 0.28}),  # what the trainer passes every loss
+            BatchTotals(num_seqs=float(ROWS), num_tokens=float(data["mask"].sum())),
         )
         loss.backward()
     return logp.grad

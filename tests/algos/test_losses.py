@@ -4,7 +4,7 @@ import torch
 from grpokit.algos.aggregation import AGGREGATIONS
 from grpokit.algos.kl import KL_ESTIMATORS
 from grpokit.algos.losses import POLICY_LOSSES, LossInputs, ppo_clip_loss
-from grpokit.algos.objective import grpo_objective
+from grpokit.algos.objective import BatchTotals, ObjectiveTerms, grpo_objective
 
 
 def inputs(logp, old, adv, mask, ref=None):
@@ -47,11 +47,7 @@ def test_on_policy_gradient_matches_formula():
     logp = torch.randn(3, 4).requires_grad_(True)
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]], dtype=torch.float32)
     adv = torch.tensor([1.0, -0.5, 2.0])
-    loss, _ = grpo_objective(
-        inputs(logp, logp.detach(), adv, mask),
-        policy_loss=ppo_clip_loss,
-        aggregate=AGGREGATIONS.get("seq_mean_token_mean"),
-    )
+    loss, _ = grpo_objective(inputs(logp, logp.detach(), adv, mask), ObjectiveTerms(ppo_clip_loss, AGGREGATIONS.get("seq_mean_token_mean")))
     loss.backward()
     lengths = mask.sum(-1, keepdim=True)
     expected = -(adv.unsqueeze(-1) * mask / lengths) / 3
@@ -63,10 +59,7 @@ def test_kl_term_added_with_beta():
     ref = torch.tensor([[0.5, -0.5]])
     loss, m = grpo_objective(
         inputs(logp, logp.detach(), torch.zeros(1), torch.ones(1, 2), ref),
-        policy_loss=ppo_clip_loss,
-        aggregate=AGGREGATIONS.get("token_mean"),
-        kl_estimator=KL_ESTIMATORS.get("k3"),
-        beta=0.1,
+        ObjectiveTerms(ppo_clip_loss, AGGREGATIONS.get("token_mean"), kl_estimator=KL_ESTIMATORS.get("k3"), beta=0.1),
     )
     k3 = (torch.exp(ref) - ref - 1).mean()
     assert float(loss) == pytest.approx(0.1 * float(k3), rel=1e-6)
@@ -113,11 +106,26 @@ def test_every_loss_invariants(name):
     assert float(logp2.grad.abs().max()) == 0.0
 
 
+def test_batch_totals_normalise_a_micro_batch_by_the_whole_batch():
+    # A = 1 on-policy: ppo_clip's per-token loss is -1 on each of the 2 tokens of this micro-batch.
+    # token_mean over the optimizer batch's 8 tokens: -2 / 8 = -0.25 (alone: -2 / 2 = -1);
+    # constant (Dr.GRPO) with 4 sequences of cap 5: -2 / (4 * 5) = -0.1
+    logp = torch.zeros(1, 2)
+    inp = inputs(logp, logp, torch.ones(1), torch.ones(1, 2))
+    token_mean = ObjectiveTerms(ppo_clip_loss, AGGREGATIONS.get("token_mean"))
+    assert float(grpo_objective(inp, token_mean)[0]) == pytest.approx(-1.0)
+    assert float(grpo_objective(inp, token_mean, BatchTotals(num_tokens=8.0))[0]) == pytest.approx(-0.25)
+    constant = ObjectiveTerms(ppo_clip_loss, AGGREGATIONS.get("constant"))
+    assert float(grpo_objective(inp, constant, BatchTotals(num_seqs=4.0, max_len=5))[0]) == pytest.approx(-0.1)
+    with pytest.raises(ValueError, match="max_len"):
+        grpo_objective(inp, constant)
+
+
 def test_entropy_bonus_subtracts_coef_times_entropy():
     logp = torch.zeros(1, 2)
     ent = torch.tensor([[1.0, 3.0]], requires_grad=True)
     inp = LossInputs(logp=logp, old_logp=logp, adv=torch.zeros(1), mask=torch.ones(1, 2), entropy=ent)
-    loss, _ = grpo_objective(inp, policy_loss=ppo_clip_loss, aggregate=AGGREGATIONS.get("token_mean"), entropy_coef=0.1)
+    loss, _ = grpo_objective(inp, ObjectiveTerms(ppo_clip_loss, AGGREGATIONS.get("token_mean"), entropy_coef=0.1))
     # adv = 0: loss = -0.1 * mean(1, 3) = -0.2; d loss / d H = -0.1 / 2 per token
     assert float(loss) == pytest.approx(-0.2)
     loss.backward()

@@ -189,7 +189,7 @@ def test_ts_grpo_kl_is_a_token_mean_over_the_batch_not_a_sequence_mean():
     # token mean (TS-GRPO): beta * 0.306853 / 4 tokens = 0.5 * 0.076713 = 0.038357
     # (a sequence mean would give 0.5 * (0.306853 / 1 + 0 / 3) / 2 = 0.076713)
     from grpokit.algos.kl import KL_ESTIMATORS
-    from grpokit.algos.objective import grpo_objective
+    from grpokit.algos.objective import ObjectiveTerms, grpo_objective
     from grpokit.config.loading import load_config
     from grpokit.trainer.learner import Objective
 
@@ -201,9 +201,10 @@ def test_ts_grpo_kl_is_a_token_mean_over_the_batch_not_a_sequence_mean():
     cfg = load_config(preset="ts_grpo", overrides=["algorithm.beta=0.5"])
     obj = Objective.from_config(cfg, POLICY_LOSSES.get("ts_grpo"))
     assert obj.kl_aggregate is AGGREGATIONS.get("token_mean")  # declared by the registration, wired by the learner
-    loss, metrics = grpo_objective(inp, policy_loss=obj.policy_loss, aggregate=obj.aggregate, kl_estimator=KL_ESTIMATORS.get("k3"),
-                                   beta=0.5, loss_options=obj.loss_options, kl_aggregate=obj.kl_aggregate)
+    assert obj.terms().kl_aggregate is obj.kl_aggregate  # Objective builds the terms grpo_objective takes
+    loss, metrics = grpo_objective(inp, ObjectiveTerms(obj.policy_loss, obj.aggregate, kl_estimator=KL_ESTIMATORS.get("k3"),
+                                                       beta=0.5, loss_options=obj.loss_options, kl_aggregate=obj.kl_aggregate))
     assert float(loss) == pytest.approx(0.5 * (1.0 - LN(2.0)) / 4, rel=1e-6)
     # the sequence-mean objective of other losses is unchanged: same batch through ppo_clip averages per sequence
-    grpo, _ = grpo_objective(inp, policy_loss=POLICY_LOSSES.get("ppo_clip"), aggregate=SMTM, kl_estimator=KL_ESTIMATORS.get("k3"), beta=0.5)
+    grpo, _ = grpo_objective(inp, ObjectiveTerms(POLICY_LOSSES.get("ppo_clip"), SMTM, kl_estimator=KL_ESTIMATORS.get("k3"), beta=0.5))
     assert float(grpo) == pytest.approx(0.5 * (1.0 - LN(2.0)) / 2, rel=1e-6)

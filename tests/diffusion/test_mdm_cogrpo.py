@@ -7,7 +7,7 @@ import torch
 
 from grpokit.algos.aggregation import AGGREGATIONS
 from grpokit.algos.losses import LossInputs, ppo_clip_loss
-from grpokit.algos.objective import grpo_objective
+from grpokit.algos.objective import ObjectiveTerms, grpo_objective
 from grpokit.config import load_config
 from grpokit.families.palette.cogrpo import KNOBS, CoGRPOModel, Schedule, cosine_keep, sample_images
 from grpokit.families.palette.policy import CoGRPOPolicy
@@ -54,7 +54,7 @@ def test_on_policy_ratio_is_one_both_groups_get_gradient_and_units_replay_the_sa
     assert torch.equal(torch.exp(fwd.logp - old)[batch.unit_mask.bool()], torch.ones(48))
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0])
     inp = LossInputs(logp=fwd.logp, old_logp=old, adv=adv, mask=batch.unit_mask.float())
-    loss, _ = grpo_objective(inp, policy_loss=ppo_clip_loss, aggregate=AGGREGATIONS.get("seq_mean_token_mean"))
+    loss, _ = grpo_objective(inp, ObjectiveTerms(ppo_clip_loss, AGGREGATIONS.get("seq_mean_token_mean")))
     fwd.backward(loss)
     assert float(pol.module.schedule.raw.grad.abs().sum()) > 0
     assert sum(float(p.grad.abs().sum()) for p in pol.module.predictor.parameters() if p.grad is not None) > 0
@@ -83,7 +83,7 @@ def test_a_frozen_zero_variance_schedule_is_mask_grpo_on_the_same_steps():
     losses = []
     for logp in (fwd.logp, ref):
         inp = LossInputs(logp=logp, old_logp=logp.detach(), adv=adv, mask=mask.float())
-        losses.append(grpo_objective(inp, policy_loss=ppo_clip_loss, aggregate=AGGREGATIONS.get("seq_mean_token_mean"))[0])
+        losses.append(grpo_objective(inp, ObjectiveTerms(ppo_clip_loss, AGGREGATIONS.get("seq_mean_token_mean")))[0])
     assert float(losses[0]) == pytest.approx(float(losses[1]), abs=1e-6)
 
 

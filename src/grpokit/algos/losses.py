@@ -69,6 +69,9 @@ class LossInputs:
     constraint_kl: [] token-mean of old_logp - logp over the whole optimizer batch at the
                    current parameters, detached (disco's trust-region constraint D)
     behaviour_logp: [B, T] log-probs recorded by the sampler (off-policy corrections), no gradient
+    token_weights: [B, T] per-token weights of a token weighting (λ-GRPO, forking tokens), no
+                   gradient; read by :func:`~grpokit.algos.objective.grpo_objective`, never by a
+                   loss: they multiply the per-token loss, the mask stays the normaliser; absent = all 1
     """
 
     logp: torch.Tensor
@@ -86,6 +89,7 @@ class LossInputs:
     verif_adv: Optional[torch.Tensor] = None
     constraint_kl: Optional[torch.Tensor] = None
     behaviour_logp: Optional[torch.Tensor] = None
+    token_weights: Optional[torch.Tensor] = None
 
     def token_adv(self) -> torch.Tensor:
         """Advantages broadcast to ``[B, T]``."""

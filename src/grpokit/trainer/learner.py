@@ -15,7 +15,7 @@ from typing import Callable, Optional
 import torch
 
 from grpokit.algos.losses import LossInputs
-from grpokit.algos.objective import grpo_objective
+from grpokit.algos.objective import BatchTotals, ObjectiveTerms, grpo_objective
 from grpokit.model.grad_sinks import in_place_embedding_grads
 from grpokit.families.policy import Policy
 from grpokit.rollout.types import RolloutBatch
@@ -23,7 +23,14 @@ from grpokit.trainer.learn_batch import LearnBatch
 
 @dataclass
 class Objective:
-    """The registered variants of a run, resolved to callables, and their options."""
+    """The registered variants of a run, resolved to callables, and their options.
+
+    Mutable: the loop sets ``correction`` per batch and a loss's option schedule updates
+    ``loss_options``; :meth:`terms` freezes the method's terms as they stand for one call of
+    :func:`~grpokit.algos.objective.grpo_objective`. ``max_len`` goes into the
+    :class:`~grpokit.algos.objective.BatchTotals`; ``entropy_band_*`` and ``loss_inputs`` are the
+    learner's own (SPINE's band penalty, the check of the loss's declared inputs).
+    """
 
     policy_loss: Callable
     aggregate: Callable
@@ -62,6 +69,15 @@ class Objective:
             loss_inputs=get_registry("loss").spec(algo.loss).inputs,
             kl_scope=get_registry("token_weights").spec(algo.token_weights).kl_scope,
             kl_aggregate=get_registry("aggregation").get(kl_agg) if (kl_agg := get_registry("loss").spec(algo.loss).kl_aggregation) else None,
+        )
+
+    def terms(self) -> ObjectiveTerms:
+        """The method's terms as they stand now (``correction`` is this batch's), for :func:`grpo_objective`."""
+        return ObjectiveTerms(
+            policy_loss=self.policy_loss, aggregate=self.aggregate, kl_estimator=self.kl_estimator, beta=self.beta,
+            loss_options=self.loss_options, kl_options=self.kl_options or {}, kl_scope=self.kl_scope,
+            kl_aggregate=self.kl_aggregate, entropy_coef=self.entropy_coef, correction=self.correction,
+            correction_options=self.correction_options or {},
         )
 
 
@@ -153,7 +169,6 @@ def _micro_batch(policy, rows, mb, lb: LearnBatch, objective: Objective, num_seq
     mask = fields.pop("mask").to(torch.float32)
     entropy_grad = objective.entropy_coef > 0 or objective.entropy_band_coef > 0
     fwd = policy.learn_forward(mb, with_entropy=want_entropy, entropy_grad=entropy_grad)
-    weights = fields.pop("token_weights")
     old = fields.pop("old_logp")
     for name in ("plan_mask", "verif_mask"):
         if fields[name] is not None:
@@ -165,14 +180,9 @@ def _micro_batch(policy, rows, mb, lb: LearnBatch, objective: Objective, num_seq
     missing = [name for name in objective.loss_inputs if getattr(inp, name, 0) is None]
     if missing:  # the load-time check should have refused the run; never train another method instead
         raise ValueError(f"the policy loss declares inputs {missing} but this batch has none: a producer is missing")
-    loss, metrics = grpo_objective(
-        inp, policy_loss=objective.policy_loss, aggregate=objective.aggregate, kl_estimator=objective.kl_estimator,
-        beta=objective.beta, loss_options=objective.loss_options, num_seqs=num_seqs, num_tokens=num_tokens,
-        max_len=objective.max_len, kl_options=objective.kl_options, entropy_coef=objective.entropy_coef,
-        token_weights=weights, kl_scope=objective.kl_scope, num_selected=total_forks,
-        correction=objective.correction, correction_options=objective.correction_options,
-        kl_aggregate=objective.kl_aggregate,
-    )
+    totals = BatchTotals(num_seqs=num_seqs, num_tokens=num_tokens, max_len=objective.max_len, num_selected=total_forks)
+    loss, metrics = grpo_objective(inp, objective.terms(), totals)
+    weights = inp.token_weights
     if objective.entropy_band_coef > 0 and fwd.entropy is not None and weights is not None:
         band, band_metrics = _entropy_band(fwd.entropy, weights * mask, objective, total_forks)
         loss = loss + band
