@@ -46,6 +46,7 @@ def test_loss_types_pick_the_aggregation(loss_type, aggregation):
     (dict(per_device_train_batch_size=6, num_generations=4), "num_generations=4"),
     (dict(steps_per_generation=4), "steps_per_generation=4"),
     (dict(model_init_kwargs={"attn_implementation": "sdpa"}), "model_init_kwargs="),
+    (dict(importance_sampling_level="sequence"), "importance_sampling_level='sequence'"),  # with TRL's default loss_type dapo
 ])
 def test_an_argument_grpokit_cannot_honour_is_refused_in_one_line_naming_it(kwargs, named):
     with pytest.raises(UnsupportedArgument) as err:

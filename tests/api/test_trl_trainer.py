@@ -189,3 +189,16 @@ def test_a_reward_model_folder_string_scores_with_its_first_logit(tiny_model_dir
     assert reward(["ab"], ["cd"]) == pytest.approx([expected], abs=1e-5)
     trainer.train()
     assert "rewards/tiny-rm/mean" in trainer.state.log_history[0]
+
+
+@pytest.mark.parametrize("loss_type, level, beta, mu", [("grpo", "sequence", 0.04, 2), ("dapo", "token", 0.04, 1),
+                                                         ("dr_grpo", "token", 0.0, 2), ("bnpo", "token", 0.0, 1)])
+def test_trl_loss_settings_train_through_the_native_checks(tiny_model_dir, short_args, loss_type, level, beta, mu):
+    args = GRPOConfig(**{**short_args, "max_steps": 2 * mu}, loss_type=loss_type, importance_sampling_level=level, beta=beta,
+                      use_bias_correction_kl=False, num_iterations=mu, epsilon_high=0.28, temperature=0.9, top_p=0.95,
+                      lr_scheduler_type="cosine", bf16=False)  # (mask_truncated_completions would mask every 8-token completion)
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, args=args, train_dataset=PROMPTS)
+    trainer.train()
+    logged = [e for e in trainer.state.log_history if "reward" in e]
+    assert trainer.state.global_step == 2 * mu and [e["step"] for e in logged] == [mu, 2 * mu]  # TRL counts optimizer steps
+    assert ("kl" in logged[0]) == (beta > 0)

@@ -30,7 +30,7 @@ beta (0.0)                         algorithm.beta with the k3 estimator (TRL's);
                                    use_bias_correction_kl=False (grpokit's KL has no IS weight)
 epsilon (0.2), epsilon_high        algorithm.epsilon_low / epsilon_high (None: epsilon)
 num_iterations (1)                 algorithm.num_iterations (mu)
-importance_sampling_level (token)  algorithm.ratio token / sequence (GSPO)
+importance_sampling_level (token)  algorithm.ratio token / sequence (GSPO, with loss_type grpo)
 loss_type (dapo)                   grpo: seq_mean_token_mean; dapo: token_mean over the
                                    accumulated batch; dr_grpo: constant (B x max length); bnpo:
                                    token_mean when accumulation is 1; others are refused
@@ -200,6 +200,9 @@ class GRPOConfig:
             self.refuse("scale_rewards", "use 'group', 'batch' or 'none'")
         if self.importance_sampling_level not in ("token", "sequence"):
             self.refuse("importance_sampling_level", "use 'token' or 'sequence'")
+        if self.importance_sampling_level == "sequence" and self.loss_type != "grpo":
+            self.refuse("importance_sampling_level", f"with loss_type={self.loss_type!r} each sequence's ratio would weigh by its "
+                        "length; grpokit takes GSPO's sequence-level gradient only with loss_type='grpo' (TRL's GSPO recipe)")
         if self.lr_scheduler_type not in SCHEDULES:
             self.refuse("lr_scheduler_type", f"grpokit's schedules are {', '.join(SCHEDULES)}")
         if self.warmup_steps:
