@@ -202,3 +202,15 @@ def test_trl_loss_settings_train_through_the_native_checks(tiny_model_dir, short
     logged = [e for e in trainer.state.log_history if "reward" in e]
     assert trainer.state.global_step == 2 * mu and [e["step"] for e in logged] == [mu, 2 * mu]  # TRL counts optimizer steps
     assert ("kl" in logged[0]) == (beta > 0)
+
+
+def test_a_callback_can_stop_training_and_logs_follow_optimizer_steps(tiny_model_dir, short_args):
+    class StopAtFour(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_training_stop = state.global_step >= 4
+
+    # num_iterations=2: each grpokit step is 2 optimizer steps; logging_steps=3 logs at the steps that pass 3 and 6
+    args = GRPOConfig(**{**short_args, "max_steps": 8, "logging_steps": 3}, num_iterations=2)
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, args=args, train_dataset=PROMPTS, callbacks=[StopAtFour])
+    trainer.train()
+    assert trainer.state.global_step == 4 and [e["step"] for e in trainer.state.log_history if "reward" in e] == [4]

@@ -47,8 +47,9 @@ disable_dropout (False)            the policy's dropout modules get p = 0
 remove_unused_columns (False)      True: rewards see only the prompt column
 shuffle_dataset (True)             grpokit always shuffles (seeded): False is refused
 logging_steps (10),                ``state.log_history`` / callbacks' ``on_log``: the mean of the
-logging_first_step, logging_       steps' metrics every logging_steps steps (strategy steps);
-strategy (steps)                   metrics.jsonl still holds every step
+logging_first_step, logging_       steps' metrics every logging_steps optimizer steps (at the
+strategy (steps)                   step that passes each multiple when num_iterations > 1);
+                                   metrics.jsonl still holds every step
 report_to (none)                   logging.report_to (tensorboard, trackio, wandb)
 save_strategy (steps), save_steps  logging.checkpoint_every (steps, in optimizer steps), no: 0;
 (500), save_total_limit            logging.keep_checkpoints

@@ -242,12 +242,13 @@ class GRPOTrainer:
 
     def _after_step(self, window: list, last: bool) -> None:
         """TRL's DefaultFlowCallback: log every logging_steps, evaluate every eval_steps, save every save_steps and at the end."""
-        a, step = self.args, self.state.global_step
-        log_now = a.logging_strategy == "steps" and (step % int(a.logging_steps) == 0 or (a.logging_first_step and step == self.native.cfg.algorithm.num_iterations))
+        a, step, mu = self.args, self.state.global_step, self.native.cfg.algorithm.num_iterations
+        crossed = lambda every: step // int(every) > (step - mu) // int(every)  # noqa: E731 - mu optimizer steps per grpokit step
+        log_now = a.logging_strategy == "steps" and (crossed(a.logging_steps) or (a.logging_first_step and step == mu))
         if log_now and window:
             self.log(window_mean(window))
             window.clear()
-        if a.eval_strategy == "steps" and step % int(a.eval_steps or a.logging_steps) == 0:
+        if a.eval_strategy == "steps" and crossed(a.eval_steps or a.logging_steps):
             self.evaluate()
         every = self.native.cfg.logging.checkpoint_every
         if a.save_strategy == "steps" and ((every and self.native.step % every == 0) or last):
