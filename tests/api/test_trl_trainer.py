@@ -115,6 +115,11 @@ def test_resume_continues_from_the_latest_checkpoint(tiny_model_dir, short_args)
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, args=args, train_dataset=PROMPTS)
     trainer.train(resume_from_checkpoint=True)
     assert [e["step"] for e in trainer.state.log_history if "reward" in e] == [3]
+    assert [r["step"] for r in _jsonl(trainer.native.run_dir / "metrics.jsonl")] == [1, 2, 3]
+    fresh = GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, args=GRPOConfig(**short_args), train_dataset=PROMPTS)
+    fresh.train()  # a fresh run in the same folder replaces the earlier run's logs, as the native train()
+    assert [r["step"] for r in _jsonl(fresh.native.run_dir / "metrics.jsonl")] == [1, 2]
+    assert (fresh.native.run_dir / "config.yaml").is_file()
 
 
 def _jsonl(path):

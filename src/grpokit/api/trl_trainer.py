@@ -29,12 +29,15 @@ counts optimizer steps, ``num_iterations`` per grpokit step.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any, Optional
 
 from grpokit.api.sources import SourceError, resolve_model_name, reward_from_string
 from grpokit.api.trl_args import GRPOConfig, UnsupportedArgument
+
+log = logging.getLogger(__name__)
 
 # grpokit metric -> TRL 1.16's name for the same quantity (``_metrics[mode][...]`` in grpo_trainer.py)
 TRL_NAMES = {
@@ -85,7 +88,10 @@ class GRPOTrainer:
                                           "(native environments, tools and optimizers: args.grpokit={...}, see `grpokit list`)")
         if reward_funcs is None:
             raise UnsupportedArgument("GRPOTrainer(reward_funcs=None): give a reward function (TRL's environment-only runs are not supported)")
-        self.args = args if args is not None else GRPOConfig(output_dir="trainer_output")
+        if args is None:  # TRL: "<model name>-GRPO"
+            name = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "") or "model"
+            args = GRPOConfig(output_dir=f"{str(name).rstrip('/').split('/')[-1]}-GRPO")
+        self.args = args
         if isinstance(eval_dataset, dict) and not hasattr(eval_dataset, "to_list"):
             raise UnsupportedArgument("GRPOTrainer(eval_dataset={...}): give one eval dataset (grpokit evaluates one set)")
         rows = self._rows(train_dataset, "train_dataset")
@@ -214,6 +220,13 @@ class GRPOTrainer:
         t, a, mu = self.native, self.args, self.native.cfg.algorithm.num_iterations
         if resume_from_checkpoint:
             self._resume(resume_from_checkpoint)
+        elif t.step == 0 and t.learners.is_main:  # a fresh run: as the native train(), it replaces an earlier run's logs
+            from grpokit.config.loading import dump_yaml
+
+            if (t.run_dir / "metrics.jsonl").exists():
+                log.warning("%s holds an earlier run's logs: replacing them (train(resume_from_checkpoint=True) continues it)", t.run_dir)
+                t.logger.truncate_after(-1)
+            (t.run_dir / "config.yaml").write_text(dump_yaml(t.cfg))
         self.state.global_step = t.step * mu
         self._event("on_train_begin")
         window, losses, t0, steps0 = [], [], time.perf_counter(), t.step
@@ -237,6 +250,7 @@ class GRPOTrainer:
                    "train_steps_per_second": done * mu / max(runtime, 1e-9), "total_flos": 0.0,
                    "train_loss": sum(valid) / len(valid) if valid else 0.0}
         self.log(summary)
+        t.logger.close()  # flushes the trackers (report_to); metrics.jsonl / eval.jsonl stay open to later calls
         self._event("on_train_end")
         return TrainOutput(self.state.global_step, summary["train_loss"], summary)
 
