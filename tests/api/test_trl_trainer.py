@@ -219,3 +219,19 @@ def test_a_callback_can_stop_training_and_logs_follow_optimizer_steps(tiny_model
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, args=args, train_dataset=PROMPTS, callbacks=[StopAtFour])
     trainer.train()
     assert trainer.state.global_step == 4 and [e["step"] for e in trainer.state.log_history if "reward" in e] == [4]
+
+
+def test_rewards_get_trls_extra_keywords_and_log_metric_joins_log_history(tiny_model_dir, short_args):
+    seen = []
+
+    def shaped(prompts, completions, completion_ids, trainer_state, log_metric, log_extra, **columns):
+        seen.append((trainer_state.global_step, sorted(columns)))
+        log_metric("shaped/calls", float(trainer_state.global_step))  # step 0, then 1: one value per step
+        log_extra("note", ["x"] * len(completions))
+        return [0.0] * len(completions)
+
+    rows = [{"prompt": p["prompt"], "completion": "ref", "words": p["words"]} for p in PROMPTS]
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[reward_len, shaped], args=GRPOConfig(**short_args), train_dataset=rows)
+    trainer.train()
+    assert seen == [(0, ["words"]), (1, ["words"])]  # TRL drops the dataset's completion column
+    assert [e["shaped/calls"] for e in trainer.state.log_history if "reward" in e] == [0.0, 1.0]

@@ -11,10 +11,11 @@ its import line changed::
 
 Arguments as TRL's: ``model`` (a Hub id in the local cache, a local folder, ``"smollm2"``, or a
 ``PreTrainedModel``), ``reward_funcs`` (a callable ``f(prompts, completions, completion_ids,
-**columns)``, a reward-model folder string, or a list of them; see :mod:`grpokit.api.sources`),
+**columns)`` called with TRL's extra keywords, see :class:`TRLCall`; a reward-model folder
+string, see :mod:`grpokit.api.sources`; or a list of them),
 ``args`` (:class:`~grpokit.api.trl_args.GRPOConfig`), ``train_dataset`` / ``eval_dataset``
 (``datasets.Dataset`` or a list of dicts, standard ``{"prompt": str}`` or conversational
-``{"prompt": [messages]}``), ``processing_class``, ``reward_processing_classes``, ``callbacks``
+``{"prompt": [messages]}``), ``processing_class``, ``reward_processing_classes`` (one tokenizer per reward model), ``callbacks``
 (``transformers.TrainerCallback`` classes or instances), ``peft_config`` (applied with
 ``peft.get_peft_model``, as TRL). ``optimizers``, ``quantization_config``, ``tools``,
 ``rollout_func`` and ``environment_factory`` are refused when given (grpokit builds its AdamW
@@ -72,6 +73,25 @@ def window_mean(window: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
+class TRLCall:
+    """A reward function called as TRL 1.16's ``_calculate_rewards`` calls it.
+
+    Keywords ``prompts``, ``completions``, ``completion_ids`` and every dataset column except
+    ``completion`` (TRL drops it), plus ``trainer_state`` (the trainer's ``TrainerState``),
+    ``log_metric(name, value)`` (averaged over each logging window into ``log_history``) and
+    ``log_extra(column, values)`` (TRL's completions-table columns; accepted, not shown here).
+    """
+
+    def __init__(self, fn: Any, trainer: "GRPOTrainer") -> None:
+        self.fn, self.trainer = fn, trainer
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+
+    def __call__(self, prompts: list, completions: list, completion_ids: Any = None, **columns: Any) -> Any:
+        columns.pop("completion", None)
+        return self.fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns,
+                       trainer_state=self.trainer.state, log_extra=lambda column, values: None, log_metric=self.trainer._log_metric)
+
+
 class GRPOTrainer:
     """TRL's ``GRPOTrainer`` arguments and methods over grpokit's native Trainer (see the module docstring)."""
 
@@ -92,6 +112,8 @@ class GRPOTrainer:
             name = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "") or "model"
             args = GRPOConfig(output_dir=f"{str(name).rstrip('/').split('/')[-1]}-GRPO")
         self.args = args
+        self.state, self.control = TrainerState(), TrainerControl()  # rewards read trainer_state from the first call on
+        self._reward_metrics: dict[str, list] = {}  # log_metric calls of the reward functions during the step
         if isinstance(eval_dataset, dict) and not hasattr(eval_dataset, "to_list"):
             raise UnsupportedArgument("GRPOTrainer(eval_dataset={...}): give one eval dataset (grpokit evaluates one set)")
         rows = self._rows(train_dataset, "train_dataset")
@@ -114,7 +136,6 @@ class GRPOTrainer:
                     module.attention_dropout = 0.0
         self.model, self.processing_class = self.native.model, self.native.tokenizer
         self.reward_func_names = [r.name for r in self.native.rewards]
-        self.state, self.control = TrainerState(), TrainerControl()
         self.state.max_steps = cfg.train.steps * cfg.algorithm.num_iterations
         self.state.num_train_epochs = self.args.num_train_epochs
         self.state.logging_steps, self.state.save_steps = self.args.logging_steps, self.args.save_steps
@@ -188,7 +209,7 @@ class GRPOTrainer:
                 raise UnsupportedArgument("GRPOTrainer(reward_funcs=<model object>): pass the reward model's folder as a string")
             elif callable(fn):
                 name = getattr(fn, "__name__", type(fn).__name__)
-                out.append(NamedReward(name=name, fn=fn, weight=float(weight)))
+                out.append(NamedReward(name=name, fn=TRLCall(fn, self), weight=float(weight)))
             else:
                 raise UnsupportedArgument(f"GRPOTrainer(reward_funcs={fn!r}): give callables or reward-model folders")
         return out
@@ -201,6 +222,10 @@ class GRPOTrainer:
             result = getattr(cb, name)(self.args, self.state, self.control, **extra, **kwargs)
             if result is not None:
                 self.control = result
+
+    def _log_metric(self, name: str, value: float) -> None:
+        """A reward function's ``log_metric``: joins the step's metrics under ``name``."""
+        self._reward_metrics.setdefault(name, []).append(float(value))
 
     def log(self, logs: dict[str, Any]) -> None:
         """Append ``logs`` with the epoch and step to ``state.log_history`` and call the callbacks' ``on_log``."""
@@ -239,7 +264,8 @@ class GRPOTrainer:
                 progress.update(t.step, metrics)
                 self.state.global_step = t.step * mu
                 self.state.epoch = t.step * t.cfg.rollout.prompts_per_step / self._n_rows
-                window.append(trl_metrics(metrics))
+                window.append({**trl_metrics(metrics), **{k: sum(v) / len(v) for k, v in self._reward_metrics.items()}})
+                self._reward_metrics.clear()
                 losses.append(metrics.get("loss", float("nan")))
                 self._event("on_step_end")
                 self._after_step(window, last=t.step == total)
@@ -288,6 +314,7 @@ class GRPOTrainer:
         if not rows:
             raise UnsupportedArgument("GRPOTrainer.evaluate(): no eval_dataset was given (to GRPOTrainer or to evaluate)")
         metrics = {f"{metric_key_prefix}_{k}": v for k, v in sampled_rewards(self.native, rows, self.args.per_device_eval_batch_size).items()}
+        self._reward_metrics.clear()  # log_metric calls of the evaluation do not join the next training window
         self.log(metrics)
         self.native.logger.log_eval(self.native.step, metric_key_prefix, metrics)
         self._event("on_evaluate", metrics=metrics)
