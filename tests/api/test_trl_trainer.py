@@ -235,3 +235,4 @@ def test_rewards_get_trls_extra_keywords_and_log_metric_joins_log_history(tiny_m
     trainer.train()
     assert seen == [(0, ["words"]), (1, ["words"])]  # TRL drops the dataset's completion column
     assert [e["shaped/calls"] for e in trainer.state.log_history if "reward" in e] == [0.0, 1.0]
+    assert [r.name for r in trainer.native.cfg.rewards] == [f"{__name__}:reward_len", f"{__name__}:{shaped.__qualname__}"]

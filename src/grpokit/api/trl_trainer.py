@@ -85,6 +85,7 @@ class TRLCall:
     def __init__(self, fn: Any, trainer: "GRPOTrainer") -> None:
         self.fn, self.trainer = fn, trainer
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+        self.__module__, self.__qualname__ = getattr(fn, "__module__", None), getattr(fn, "__qualname__", self.__name__)  # config.yaml names fn
 
     def __call__(self, prompts: list, completions: list, completion_ids: Any = None, **columns: Any) -> Any:
         columns.pop("completion", None)

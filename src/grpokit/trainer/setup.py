@@ -108,7 +108,7 @@ def reward_configs(rewards: list) -> list[RewardConfig]:
         elif isinstance(item, str):
             out.append(RewardConfig(name=item))
         elif callable(fn):
-            name = item.name if isinstance(item, NamedReward) else getattr(fn, "__qualname__", type(fn).__name__)
+            name = getattr(fn, "__qualname__", None) or (item.name if isinstance(item, NamedReward) else type(fn).__name__)
             out.append(RewardConfig(name=f"{getattr(fn, '__module__', None) or 'python'}:{name}", weight=getattr(item, "weight", 1.0)))
         else:
             raise TypeError(f"Trainer(rewards=...): {item!r} is not a reward name, a RewardConfig or a callable")
