@@ -65,3 +65,7 @@ def test_the_example_trains_the_embedded_smollm2(name, monkeypatch, tmp_path):
     history = [e for e in g["trainer"].state.log_history if "reward" in e]
     assert [e["step"] for e in history] == [1, 2, 3]
     assert all(e["grad_norm"] > 0 for e in history)  # TRL's default 8 completions per prompt differ in reward
+    g["trainer"].save_model(str(tmp_path / "final"))  # the trained SmolLM2 as a plain transformers folder
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "final")
+    trained = g["trainer"].model.state_dict()
+    assert all(torch.equal(v, trained[k]) for k, v in loaded.state_dict().items() if k in trained)

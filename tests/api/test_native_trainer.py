@@ -94,3 +94,13 @@ def test_import_grpokit_is_cheap_and_exports_both_doors():
     with pytest.raises(AttributeError):
         grpokit.NoSuchThing  # noqa: B018
     torch.manual_seed(0)
+
+
+def test_a_raw_prompt_skips_the_chat_template_in_native_runs_too():
+    from grpokit.data.chat import RawPrompt, render_prompt
+    from grpokit.testing import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    assert render_prompt(tok, RawPrompt("Q: 1+1\nA:")) == "Q: 1+1\nA:"
+    assert render_prompt(tok, RawPrompt("Q: 1+1\nA:"), "Be brief.") == "Be brief.\n\nQ: 1+1\nA:"
+    assert render_prompt(tok, "Q: 1+1") == "<|im_start|>user\nQ: 1+1<|im_end|>\n<|im_start|>assistant\n"  # a plain str: a user message

@@ -236,3 +236,14 @@ def test_rewards_get_trls_extra_keywords_and_log_metric_joins_log_history(tiny_m
     assert seen == [(0, ["words"]), (1, ["words"])]  # TRL drops the dataset's completion column
     assert [e["shaped/calls"] for e in trainer.state.log_history if "reward" in e] == [0.0, 1.0]
     assert [r.name for r in trainer.native.cfg.rewards] == [f"{__name__}:reward_len", f"{__name__}:{shaped.__qualname__}"]
+
+
+def test_string_prompts_are_the_model_input_as_written_and_conversations_use_the_template(tiny_model_dir, short_args):
+    from grpokit.data.chat import RawPrompt
+
+    rows = [{"prompt": "SUBREDDIT: r/x\nTL;DR:"}, {"prompt": [{"role": "user", "content": "hi"}]}]
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, args=GRPOConfig(**short_args), train_dataset=rows[:1])
+    assert isinstance(trainer.native.splits.train[0]["prompt"], RawPrompt)
+    # TRL tokenizes a standard prompt as it is; a conversation gets the chat template and the generation prompt
+    assert trainer.native._prompt_texts(trainer.native.splits.train) == ["SUBREDDIT: r/x\nTL;DR:"]
+    assert trainer.native._prompt_texts([rows[1]]) == ["<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"]

@@ -157,7 +157,10 @@ class GRPOTrainer:
                                       "(an IterableDataset has no length to count epochs by)")
         if self.args.remove_unused_columns:  # TRL: only the prompt reaches the rewards
             rows = [{"prompt": row.get("prompt")} for row in rows]
-        return rows
+        from grpokit.data.chat import RawPrompt
+
+        # TRL's standard format: a string prompt is the model's input as written (no chat template)
+        return [{**row, "prompt": RawPrompt(row["prompt"])} if isinstance(row.get("prompt"), str) else row for row in rows]
 
     def _policy(self, model: Any, tokenizer: Any, peft_config: Any, cfg: Any) -> tuple[Any, Any]:
         """(model, tokenizer): a string is loaded by grpokit's loader, an object is taken as it is; LoRA as TRL applies it."""

@@ -17,6 +17,17 @@ ROLES = ("system", "user", "assistant", "tool")
 MESSAGE_FORM = '{"role": "user", "content": "..."}'
 
 
+class RawPrompt(str):
+    """A string prompt that is the model's input as it is, without the chat template.
+
+    TRL's standard (non-conversational) format: ``{"prompt": "...TL;DR:"}`` is tokenized as
+    written, only conversations go through the chat template (TRL's ``maybe_apply_chat_template``,
+    https://huggingface.co/docs/trl/dataset_formats). grpokit renders a plain string as a user
+    message instead; ``GRPOTrainer`` wraps TRL's string prompts in ``RawPrompt`` so that they keep
+    TRL's meaning. It is a ``str`` everywhere else (rewards, logs, JSON).
+    """
+
+
 def is_conversation(prompt: Any) -> bool:
     """True for a conversational prompt (a list of messages), as TRL's ``is_conversational``."""
     return isinstance(prompt, list)
@@ -60,6 +71,7 @@ def prompt_text(prompt: Prompt) -> str:
 def render_prompt(tokenizer: Any, prompt: Prompt, system_prompt: str | None = None) -> str:
     """Prompt string for ``prompt``: the tokenizer's chat template, or plain text without one.
 
+    A :class:`RawPrompt`: the text itself (after ``"{system_prompt}\\n\\n"`` when one is set).
     String prompt, with a chat template: ``apply_chat_template(messages, tokenize=False,
     add_generation_prompt=True)`` on [system?, user]. Some templates (e.g. SmolLM2) add their
     own default system prompt when none is given. Without one (base models):
@@ -72,6 +84,8 @@ def render_prompt(tokenizer: Any, prompt: Prompt, system_prompt: str | None = No
     """
     if is_conversation(prompt):
         return _render_conversation(tokenizer, prompt, system_prompt)
+    if isinstance(prompt, RawPrompt):  # TRL's standard format: the text as written
+        return f"{system_prompt}\n\n{prompt}" if system_prompt is not None else str(prompt)
     if getattr(tokenizer, "chat_template", None):
         messages = []
         if system_prompt is not None:
