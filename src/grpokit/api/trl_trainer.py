@@ -15,7 +15,8 @@ Arguments as TRL's: ``model`` (a Hub id in the local cache, a local folder, ``"s
 string, see :mod:`grpokit.api.sources`; or a list of them),
 ``args`` (:class:`~grpokit.api.trl_args.GRPOConfig`), ``train_dataset`` / ``eval_dataset``
 (``datasets.Dataset`` or a list of dicts, standard ``{"prompt": str}`` or conversational
-``{"prompt": [messages]}``), ``processing_class``, ``reward_processing_classes`` (one tokenizer per reward model), ``callbacks``
+``{"prompt": [messages]}``; a string prompt is the model's input as written, as TRL's, see
+:class:`~grpokit.data.chat.RawPrompt`), ``processing_class``, ``reward_processing_classes`` (one tokenizer per reward model), ``callbacks``
 (``transformers.TrainerCallback`` classes or instances), ``peft_config`` (applied with
 ``peft.get_peft_model``, as TRL). ``optimizers``, ``quantization_config``, ``tools``,
 ``rollout_func`` and ``environment_factory`` are refused when given (grpokit builds its AdamW
