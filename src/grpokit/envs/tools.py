@@ -198,7 +198,11 @@ class ToolEnvironment:
             inspect.signature(fn).bind(**arguments)
         except TypeError as exc:
             return f"error: {call['name']}: {exc}", "malformed"
-        out = run_tool(self.refs[call["name"]], arguments, sandbox=self.sandbox, limits=self.limits)
+        return self._run(call["name"], arguments)
+
+    def _run(self, name: str, arguments: dict) -> tuple[str, str]:
+        """One well-formed call, in a fresh sandboxed interpreter: (text, 'ok' | 'failed')."""
+        out = run_tool(self.refs[name], arguments, sandbox=self.sandbox, limits=self.limits)
         return (out.text, "ok") if out.ok else (f"error: {out.text}", "failed")
 
     def _info(self, answered: bool) -> dict[str, float]:
