@@ -38,6 +38,7 @@ class FixedBackend:
 
     def generate(self, prompt_texts, rows, group_size, params):
         tok = self.tokenizer
+        prompt_texts = list(prompt_texts)
         prompt_ids = torch.tensor([tok(t, add_special_tokens=False).input_ids for t in prompt_texts])
         comps = [completion_ids(tok, c) for t in prompt_texts for c in COMPLETIONS[t]]
         width = max(map(len, comps))
@@ -53,7 +54,9 @@ def grads_of(model):
 
 
 @pytest.mark.parametrize("loss_type, extra", [("dapo", {}), ("grpo", {}), ("dr_grpo", {}), ("dapo", {"scale_rewards": "batch"}),
-                                              ("grpo", {"importance_sampling_level": "sequence"}), ("dapo", {"temperature": 0.7})])
+                                              ("grpo", {"importance_sampling_level": "sequence"}), ("dapo", {"temperature": 0.7}),
+                                              ("dapo", {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 2}),
+                                              ("grpo", {"num_iterations": 2, "max_steps": 2})])  # the 2nd update: ratio != 1
 def test_one_step_gradient_equals_trls(tiny_model_dir, tmp_path, monkeypatch, loss_type, extra):
     trl = pytest.importorskip("trl")
     from datasets import Dataset
@@ -79,13 +82,14 @@ def test_one_step_gradient_equals_trls(tiny_model_dir, tmp_path, monkeypatch, lo
         return out
 
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    args = {**ARGS, **extra}
     theirs = trl.GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, train_dataset=dataset, rollout_func=rollout,
-                             args=trl.GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, loss_type=loss_type, **ARGS, **extra),
+                             args=trl.GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, loss_type=loss_type, **args),
                              callbacks=[Capture()])
     theirs.train()
 
     ours = GRPOTrainer(model=tiny_model_dir, reward_funcs=reward_len, train_dataset=dataset,
-                       args=GRPOConfig(output_dir=str(tmp_path / "ours"), use_cpu=True, loss_type=loss_type, **ARGS, **extra))
+                       args=GRPOConfig(output_dir=str(tmp_path / "ours"), use_cpu=True, loss_type=loss_type, **args))
     ours.native.policy.backend = FixedBackend(ours.native.policy.backend, ours.processing_class)
     ours.native.optimizer.register_step_pre_hook(lambda opt, args, kwargs: captured.update(ours=grads_of(ours.model)) and None)
     ours.train()
