@@ -56,7 +56,8 @@ def grads_of(model):
 @pytest.mark.parametrize("loss_type, extra", [("dapo", {}), ("grpo", {}), ("dr_grpo", {}), ("dapo", {"scale_rewards": "batch"}),
                                               ("grpo", {"importance_sampling_level": "sequence"}), ("dapo", {"temperature": 0.7}),
                                               ("dapo", {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 2}),
-                                              ("grpo", {"num_iterations": 2, "max_steps": 2})])  # the 2nd update: ratio != 1
+                                              ("grpo", {"num_iterations": 2, "max_steps": 2}),  # the 2nd update: ratio != 1
+                                              ("dapo", {"beta": 0.1, "use_bias_correction_kl": False, "max_steps": 2})])  # KL != 0 at step 2
 def test_one_step_gradient_equals_trls(tiny_model_dir, tmp_path, monkeypatch, loss_type, extra):
     trl = pytest.importorskip("trl")
     from datasets import Dataset
@@ -98,3 +99,5 @@ def test_one_step_gradient_equals_trls(tiny_model_dir, tmp_path, monkeypatch, lo
     for name, g in captured["trl"].items():
         torch.testing.assert_close(captured["ours"][name], g, rtol=1e-4, atol=1e-7, msg=name)
     assert ours.state.log_history[0]["reward"] == pytest.approx(theirs.state.log_history[0]["reward"])  # (4 + 2 + 6 + 3) / 4 chars
+    if "beta" in extra:  # the step compared is one where the policy has left the reference
+        assert ours.state.log_history[1]["kl"] > 0 and ours.state.log_history[1]["kl"] == pytest.approx(theirs.state.log_history[1]["kl"], rel=1e-3)
