@@ -195,22 +195,37 @@ def test_grpo_trainer_with_environment_factory_and_no_dataset_trains_two_steps(t
     from grpokit import GRPOConfig, GRPOTrainer
     from grpokit.testing import save_tiny_model
 
-    tiny_model_dir = str(save_tiny_model(tmp_path / "model"))
+    seen = []
+
+    def messages_after_prompt(prompts, completions, **kwargs):  # TRL's view of a tool rollout
+        seen.append((prompts[0], completions[0]))
+        return [float(len(c)) for c in completions]
 
     args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=2, max_steps=2,
                       max_completion_length=12, logging_steps=1, gradient_checkpointing=False, disable_tqdm=True)
-    trainer = GRPOTrainer(model=tiny_model_dir, args=args, environment_factory=KeyValueOwnPrompt)  # no dataset, no reward_funcs
-    assert trainer.reward_func_names == ["KeyValueOwnPrompt"]
+    trainer = GRPOTrainer(model=str(save_tiny_model(tmp_path / "model")), reward_funcs=messages_after_prompt, args=args,
+                          environment_factory=OwnPrompt)  # no train_dataset
+    assert trainer.reward_func_names == ["messages_after_prompt", "OwnPrompt"]
     assert [r["prompt"] for r in trainer.native.splits.train] == [TRAIN_PROMPT.format(i=i) for i in range(2)]
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 2 and trainer.state.global_step == 2
-    # a random tiny model never stores answer=42: every episode's get_reward() is 0
-    assert all(h["rewards/KeyValueOwnPrompt/mean"] == 0.0 and h["reward"] == 0.0 for h in logs)
-    assert all(1 <= h["env/turns"] and h["env/tool_calls"] >= 0 for h in logs)
+    # the random tiny model writes no tool call: one turn, its answer, ends each episode (1 message after the prompt);
+    # get_reward() is 0.5 because reset got TRL's placeholder row (one empty user message) and nothing was stored
+    assert all(h["env/tool_calls"] == 0.0 and h["env/turns"] == 1.0 for h in logs)
+    assert all((h["rewards/OwnPrompt/mean"], h["rewards/messages_after_prompt/mean"], h["reward"]) == (0.5, 1.0, 1.5) for h in logs)
+    prompt, completion = seen[0]
+    assert prompt == [{"role": "user", "content": "Store answer=42 with put."}]  # reset's string; the tools' listing left out
+    assert [m["role"] for m in completion] == ["assistant"]
 
 
-class KeyValueOwnPrompt(KeyValue):
+class OwnPrompt(KeyValue):
+    """Makes its own prompt; get_reward: 1 for answer=42 stored, else 0.5 when reset got TRL's placeholder row."""
+
     def reset(self, **kwargs):
         super().reset(**kwargs)
+        self.placeholder = kwargs == {"prompt": [{"role": "user", "content": ""}]}
         return "Store answer=42 with put."
+
+    def get_reward(self) -> float:
+        return 1.0 if self.store.get("answer") == "42" else 0.5 * self.placeholder

@@ -18,9 +18,10 @@ string, see :mod:`grpokit.api.sources`; or a list of them),
 ``{"prompt": [messages]}``; a string prompt is the model's input as written, as TRL's, see
 :class:`~grpokit.data.chat.RawPrompt`), ``processing_class``, ``reward_processing_classes`` (one tokenizer per reward model), ``callbacks``
 (``transformers.TrainerCallback`` classes or instances), ``peft_config`` (applied with
-``peft.get_peft_model``, as TRL). ``optimizers``, ``quantization_config``, ``tools``,
-``rollout_func`` and ``environment_factory`` are refused when given (grpokit builds its AdamW
-itself; environments: ``args.grpokit={"environment.name": ...}``).
+``peft.get_peft_model``, as TRL), ``environment_factory`` and ``tools`` (grpokit's environment
+``trl``, :mod:`grpokit.envs.trl_env`; ``train_dataset`` may then be omitted, as TRL).
+``optimizers``, ``quantization_config`` and ``rollout_func`` are refused when given (grpokit
+builds its AdamW itself; native environments: ``args.grpokit={"environment.name": ...}``).
 
 Methods: ``train(resume_from_checkpoint=None)`` (a ``TrainOutput``), ``evaluate()`` (TRL's
 ``eval_reward`` ... on ``eval_dataset``), ``save_model(dir)`` (a folder ``from_pretrained`` loads),
@@ -90,6 +91,12 @@ class TRLCall:
 
     def __call__(self, prompts: list, completions: list, completion_ids: Any = None, **columns: Any) -> Any:
         columns.pop("completion", None)
+        if self.trainer._trl_environment:  # an environment_factory / tools run: TRL's columns, prompts and completions
+            from grpokit.envs.trl_env import ROUTE_COLUMN, trl_view
+
+            if ROUTE_COLUMN in columns:
+                columns["environment"] = columns.pop(ROUTE_COLUMN)
+            prompts, completions = map(list, zip(*map(trl_view, columns["messages"]))) if prompts else (prompts, completions)
         return self.fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns,
                        trainer_state=self.trainer.state, log_extra=lambda column, values: None, log_metric=self.trainer._log_metric)
 
@@ -104,27 +111,38 @@ class GRPOTrainer:
         from transformers import TrainerControl, TrainerState
 
         for name, value in (("optimizers", None if optimizers == (None, None) else optimizers), ("quantization_config", quantization_config),
-                            ("tools", tools), ("rollout_func", rollout_func), ("environment_factory", environment_factory)):
+                            ("rollout_func", rollout_func)):
             if value is not None:
                 raise UnsupportedArgument(f"GRPOTrainer({name}=...): grpokit cannot honour it; remove it "
-                                          "(native environments, tools and optimizers: args.grpokit={...}, see `grpokit list`)")
-        if reward_funcs is None:
-            raise UnsupportedArgument("GRPOTrainer(reward_funcs=None): give a reward function (TRL's environment-only runs are not supported)")
+                                          "(native environments and optimizers: args.grpokit={...}, see `grpokit list`)")
         if args is None:  # TRL: "<model name>-GRPO"
             name = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "") or "model"
             args = GRPOConfig(output_dir=f"{str(name).rstrip('/').split('/')[-1]}-GRPO")
         self.args = args
+        self._trl_environment = environment_factory is not None or bool(tools)  # TRL's tool rollouts (grpokit.envs.trl_env)
         self.state, self.control = TrainerState(), TrainerControl()  # rewards read trainer_state from the first call on
         self._reward_metrics: dict[str, list] = {}  # log_metric calls of the reward functions during the step
         if isinstance(eval_dataset, dict) and not hasattr(eval_dataset, "to_list"):
             raise UnsupportedArgument("GRPOTrainer(eval_dataset={...}): give one eval dataset (grpokit evaluates one set)")
-        rows = self._rows(train_dataset, "train_dataset")
+        # TRL: train_dataset may be omitted when the environment makes its own prompts (reset() returns them)
+        rows = self._rows(train_dataset, "train_dataset") if train_dataset is not None or environment_factory is None else None
         eval_rows = self._rows(eval_dataset, "eval_dataset") if eval_dataset is not None else None
         if self.args.eval_strategy != "no" and eval_rows is None:
             raise UnsupportedArgument(f"GRPOConfig(eval_strategy={self.args.eval_strategy!r}) needs GRPOTrainer(eval_dataset=...)")
-        cfg = self.args.to_native(len(rows))
+        cfg = self.args.to_native(len(rows) if rows is not None else None)
+        owners: list[str] = []
+        if environment_factory is not None or tools:
+            rows, eval_rows, owners = self._environment(cfg, environment_factory, tools, reward_funcs, rows, eval_rows)
         model, tokenizer = self._policy(model, processing_class, peft_config, cfg)
-        rewards = self._rewards(reward_funcs, reward_processing_classes)
+        rewards = self._rewards(reward_funcs, reward_processing_classes) if reward_funcs is not None else []
+        if owners:  # TRL: each environment class with get_reward() is one more reward, weight 1, under its name
+            from grpokit.envs.trl_env import env_reward
+            from grpokit.rewards import NamedReward
+
+            rewards += [NamedReward(name=name, fn=env_reward(name), weight=1.0) for name in owners]
+        if not rewards:
+            raise UnsupportedArgument("GRPOTrainer(reward_funcs=None): give a reward function, or an environment_factory whose "
+                                      "environment defines get_reward()")
         from grpokit.trainer.loop import Trainer
 
         self.native = Trainer(cfg, model, tokenizer, dataset=rows, eval_dataset=eval_rows, rewards=rewards)
@@ -146,6 +164,31 @@ class GRPOTrainer:
         self._event("on_init_end")
 
     # ------------------------------------------------------------------ inputs
+    def _environment(self, cfg: Any, factory: Any, tools: Any, reward_funcs: Any, rows: Any, eval_rows: Any) -> tuple:
+        """TRL's ``environment_factory`` / ``tools=[...]`` as grpokit's environment ``trl`` (:mod:`grpokit.envs.trl_env`):
+        (train rows, eval rows) with their ``environment`` column routed, and the classes whose ``get_reward()`` is a reward."""
+        from grpokit.envs import trl_env
+
+        funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+        reading = [getattr(fn, "__name__", repr(fn)) for fn in funcs if callable(fn) and trl_env.reads_instances(fn)]
+        if reading:
+            raise UnsupportedArgument(f"GRPOTrainer(reward_funcs=[{reading[0]}]): it takes TRL's 'environments' (the live instances), "
+                                      "which grpokit does not pass: score the state in the environment's get_reward()")
+        if rows is None:
+            if isinstance(factory, dict):
+                raise UnsupportedArgument("GRPOTrainer(environment_factory={...}) without train_dataset: a dict of environments needs "
+                                          "rows with an 'environment' column to route them; give train_dataset or one factory")
+            cfg.data.n_train, cfg.data.n_heldout = cfg.rollout.prompts_per_step, 0  # TRL: one generation round of placeholder rows
+        rows, eval_rows = trl_env.route_rows(rows), trl_env.route_rows(eval_rows)
+        problem = trl_env.routing_problem(factory, rows, "train_dataset") or trl_env.routing_problem(factory, eval_rows, "eval_dataset")
+        if problem:
+            raise UnsupportedArgument(problem)
+        try:
+            owners = trl_env.use_trl_environment(cfg, factory, tools, self.args.max_completion_length)
+        except ValueError as exc:
+            raise UnsupportedArgument(f"GRPOTrainer: {exc}") from None
+        return rows, eval_rows, owners
+
     def _rows(self, dataset: Any, name: str) -> list[dict]:
         if dataset is None:
             raise UnsupportedArgument(f"GRPOTrainer({name}=None): give a datasets.Dataset or a list of dicts with a 'prompt' column")

@@ -285,6 +285,20 @@ def with_environment_column(fn: Callable) -> Callable:
     return call
 
 
+LISTING = SYSTEM.split("{schemas}")[0].replace("{{", "{").replace("}}", "}")  # how the tools' system text starts
+
+
+def trl_view(messages: list[dict]) -> tuple[list[dict], list[dict]]:
+    """An episode's messages as TRL's reward functions see a tool rollout: (the prompt messages, without the tools'
+    listing, which TRL's chat template renders itself; every message from the first model turn on)."""
+    k = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    prompt, completion = [dict(m) for m in messages[:k]], [dict(m) for m in messages[k:]]
+    if prompt and prompt[0]["role"] == "system" and LISTING in prompt[0]["content"]:
+        own = prompt[0]["content"].split(LISTING)[0].rstrip("\n")
+        prompt = [{**prompt[0], "content": own}, *prompt[1:]] if own else prompt[1:]
+    return prompt, completion
+
+
 def reads_instances(fn: Callable) -> bool:
     """True for a reward that names TRL's ``environments`` parameter (the rollouts' live instances)."""
     try:
