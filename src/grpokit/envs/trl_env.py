@@ -158,8 +158,9 @@ def _complete(fn: Callable, *args: Any, **kwargs: Any) -> Any:
 
 @ENVIRONMENTS.register("trl")
 class TRLEnvironment(ToolEnvironment):
-    """TRL's ``environment_factory`` / ``tools=[...]``: a fresh instance per episode whose public methods are tools
-    (see the module docstring; the methods are trusted code, called in-process).
+    """TRL's ``environment_factory`` / ``tools=[...]``: a fresh instance per episode, its public methods as tools.
+
+    See the module docstring; the methods are the user's trusted code, called in-process.
 
     ``factory``: a class or callable building the environment, a ``module:Name`` / ``file.py:Name``
     string, or a dict ``{name: factory}`` routed by each row's :data:`ROUTE_COLUMN`; ``tools``:
