@@ -229,3 +229,18 @@ class OwnPrompt(KeyValue):
 
     def get_reward(self) -> float:
         return 1.0 if self.store.get("answer") == "42" else 0.5 * self.placeholder
+
+
+def test_natively_the_factory_and_tools_may_be_named_by_file(tmp_path):
+    (tmp_path / "user_trl_env.py").write_text(
+        "class Bell:\n    def reset(self, **kwargs):\n        self.rung = 0\n"
+        "    def ring(self) -> str:\n        '''Ring the bell.'''\n        self.rung += 1\n        return 'ding'\n"
+        "    async def get_reward(self) -> float:\n        return float(self.rung)\n\n"
+        "def shout(text: str) -> str:\n    '''Shout.\n\n    Args:\n        text: what\n    '''\n    return text.upper()\n")
+    env = environment_factory("trl")(factory=f"{tmp_path}/user_trl_env.py:Bell", tools=[f"{tmp_path}/user_trl_env.py:shout"])
+    env.reset({"prompt": "Ring twice."})
+    out = env.step(call("ring") + call("ring") + call("shout", text="hi"))
+    assert [m["content"] for m in out.observation] == ["ding", "ding", "HI"]
+    assert (out.reward, out.info["Bell"]) == (2.0, 2.0)  # an async get_reward runs to completion
+    with pytest.raises(ValueError, match="tools\\[0\\] 'python': give a callable, 'package.module:name'"):
+        environment_factory("trl")(tools=["python"])  # grpokit's own tools run sandboxed, in environment 'tools'
