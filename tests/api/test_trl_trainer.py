@@ -52,8 +52,8 @@ def test_a_callable_reward_trains_and_log_history_has_trl_names(tiny_model_dir, 
         assert name in first, name
     assert first["step"] == 1 and trainer.state.log_history[1]["step"] == 2
     assert "train_runtime" in trainer.state.log_history[-1]
-    # the learning rate decays linearly to 0 over max_steps (TRL's default scheduler): 1e-6 * (2 - 1) / 2 after step 1
-    assert first["learning_rate"] == pytest.approx(0.5e-6) and trainer.state.log_history[1]["learning_rate"] == 0.0
+    # linear decay to 0 over max_steps (TRL's default); TRL logs the rate each step used: 1e-6, then 1e-6 * (2 - 1) / 2
+    assert first["learning_rate"] == pytest.approx(1e-6) and trainer.state.log_history[1]["learning_rate"] == pytest.approx(0.5e-6)
     assert recorder.events == [("step_end", 1), ("log", 1), ("step_end", 2), ("log", 2), ("log", 2), ("train_end", 2)]
 
 

@@ -47,8 +47,8 @@ TRL_NAMES = {
     "loss": "loss", "grad_norm": "grad_norm", "lr": "learning_rate", "reward/mean": "reward", "reward/std": "reward_std",
     "adv/zero_var_frac": "frac_reward_zero_std", "completion_len/mean": "completions/mean_length",
     "completion_len/max": "completions/max_length", "truncated_frac": "completions/clipped_ratio", "kl": "kl",
-    "rollout/entropy": "entropy", "clip/low_frac": "clip_ratio/low_mean", "clip/high_frac": "clip_ratio/high_mean",
-    "clip/frac": "clip_ratio/region_mean",
+    "clip/low_frac": "clip_ratio/low_mean", "clip/high_frac": "clip_ratio/high_mean", "clip/frac": "clip_ratio/region_mean",
+    "rollout/entropy": "entropy",  # softmax(logits / T) over every sampled token, before top-k / top-p: TRL's learner entropy
 }
 
 
@@ -312,7 +312,11 @@ class GRPOTrainer:
                 progress.update(t.step, metrics)
                 self.state.global_step = t.step * mu
                 self.state.epoch = t.step * t.cfg.rollout.prompts_per_step / self._n_rows
-                window.append({**trl_metrics(metrics), **{k: sum(v) / len(v) for k, v in self._reward_metrics.items()}})
+                step_logs = {**trl_metrics(metrics), **{k: sum(v) / len(v) for k, v in self._reward_metrics.items()}}
+                if "learning_rate" in step_logs:  # TRL logs the rate its last update used, grpokit's lr is the next one's
+                    sched = t.scheduler
+                    step_logs["learning_rate"] = sched.base_lrs[0] * sched.lr_lambdas[0](sched.last_epoch - 1)
+                window.append(step_logs)
                 self._reward_metrics.clear()
                 losses.append(metrics.get("loss", float("nan")))
                 self._event("on_step_end")
