@@ -110,3 +110,9 @@ def test_save_arguments_map_to_checkpoint_every_and_keep():
     cfg = GRPOConfig(save_steps=4, num_iterations=2, max_steps=8, save_total_limit=1).to_native(4)
     assert (cfg.logging.checkpoint_every, cfg.logging.keep_checkpoints) == (2, 1)  # 4 optimizer steps = 2 grpokit steps of mu=2
     assert GRPOConfig(save_strategy="no").to_native(4).logging.checkpoint_every == 0
+
+
+def test_to_dict_lists_every_trl_argument_with_its_value():
+    d = GRPOConfig(output_dir="o", run_name="r", learning_rate=2e-6).to_dict()
+    assert d["output_dir"] == "o" and d["run_name"] == "r" and d["learning_rate"] == 2e-6 and d["use_vllm"] is False
+    assert len(d) == len(PLUMBING) + len(REFUSED_UNLESS_DEFAULT) + len(dataclasses.fields(GRPOConfig)) - 1  # all but grpokit=

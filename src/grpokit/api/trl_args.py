@@ -59,6 +59,8 @@ log_completions,                   logging.log_samples_every = logging_steps,
 num_completions_to_print           logging.samples_per_table
 disable_tqdm                       logging.progress
 resume_from_checkpoint             ``train(resume_from_checkpoint=...)``: True resumes output_dir
+max_tool_calling_iterations        with environment_factory / tools: environment.max_turns = it + 1
+(None)                             (None: turns until max_completion_length, as TRL's no limit)
 =================================  ==========================================================
 
 ``grpokit=``: native overrides on top of the mapping, a dict of dotted or nested keys
@@ -152,6 +154,7 @@ class GRPOConfig:
     use_bias_correction_kl: bool = arg(True, "must be False when beta > 0")
     resume_from_checkpoint: Optional[str] = arg(None, "read by scripts; train(resume_from_checkpoint=...) resumes")
     shuffle_dataset: Optional[bool] = arg(True, "only True (grpokit's seeded shuffle)")
+    max_tool_calling_iterations: Optional[int] = arg(None, "tool rounds per rollout with environment_factory / tools (None: no limit but max_completion_length)")
     grpokit: Any = arg(None, "native overrides: a dict of dotted / nested keys, or a native Config")
 
     def __init__(self, output_dir: Optional[str] = None, **kwargs: Any) -> None:
@@ -182,6 +185,12 @@ class GRPOConfig:
             extra = self.__dict__.get("trl_extra", {})
             return extra.get(name, PLUMBING.get(name, REFUSED_UNLESS_DEFAULT.get(name)))
         raise AttributeError(f"'GRPOConfig' object has no attribute '{name}'")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every TRL argument with its value (TrainingArguments' ``to_dict``, which trackers' callbacks read)."""
+        out = {**PLUMBING, **REFUSED_UNLESS_DEFAULT, **self.trl_extra}
+        out.update({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "grpokit"})
+        return out
 
     # ------------------------------------------------------------------ refusals
     def refuse(self, name: str, why: str) -> None:
