@@ -80,3 +80,19 @@ def test_what_grpokit_cannot_honour_is_refused_in_one_line(tiny_model_dir, short
     with pytest.raises((UnsupportedArgument, ValueError), match=expected) as info:
         GRPOTrainer(model=tiny_model_dir, args=args, **kwargs)
     assert "\n" not in str(info.value)
+
+
+class OwnLamp(Lamp):
+    def reset(self, **kwargs):
+        super().reset(**kwargs)
+        return "Switch the lamp on."
+
+
+@pytest.mark.parametrize("rounds,max_turns", [(None, 8), (2, 3)])
+def test_the_episode_caps_are_trl_s(tiny_model_dir, short_args, rounds, max_turns):
+    # TRL: max_completion_length (8 here) caps the whole rollout, tool results included; max_tool_calling_iterations
+    # rounds of calls, then the answer (None: no limit but the length, and every turn samples at least one token)
+    args = GRPOConfig(**short_args, max_tool_calling_iterations=rounds)
+    env = GRPOTrainer(model=tiny_model_dir, args=args, environment_factory=OwnLamp).native.cfg.environment
+    assert (env.name, env.max_episode_tokens, env.max_turns) == ("trl", 8, max_turns)
+    assert env.options == {"factory": OwnLamp, "tools": []}

@@ -1,7 +1,7 @@
 """The TRL 1.16 ``GRPOConfig`` arguments that :class:`grpokit.GRPOConfig` does not map one by one.
 
 TRL's ``GRPOConfig`` (``trl/trainer/grpo_config.py``, https://huggingface.co/docs/trl/grpo_trainer)
-extends ``transformers.TrainingArguments``: 191 fields. The 52 that change a GRPO run and that
+extends ``transformers.TrainingArguments``: 191 fields. The 53 that change a GRPO run and that
 grpokit honours are fields of :class:`grpokit.api.trl_args.GRPOConfig`, with their mapping. The
 others fall in two tables, each name with TRL 1.16's default:
 
@@ -59,7 +59,7 @@ REFUSED_UNLESS_DEFAULT = {
     'cast_lm_head_to_fp32': False, 'num_generations_eval': None, 'min_p': None, 'generation_kwargs': None,
     'chat_template_kwargs': None, 'repetition_penalty': 1.0, 'use_vllm': False, 'delta': None,
     'multi_objective_aggregation': 'sum_then_normalize', 'sync_ref_model': False, 'top_entropy_quantile': 1.0,
-    'entropy_coef': 0.0, 'use_adaptive_entropy': False, 'max_tool_calling_iterations': None, 'off_policy_mask_threshold':
+    'entropy_coef': 0.0, 'use_adaptive_entropy': False, 'off_policy_mask_threshold':
     None, 'log_completions_hub_repo': None, 'use_transformers_continuous_batching': False, 'use_transformers_paged': False,
 }
 

@@ -184,7 +184,7 @@ class GRPOTrainer:
         if problem:
             raise UnsupportedArgument(problem)
         try:
-            owners = trl_env.use_trl_environment(cfg, factory, tools, self.args.max_completion_length)
+            owners = trl_env.use_trl_environment(cfg, factory, tools, self.args.max_completion_length, self.args.max_tool_calling_iterations)
         except ValueError as exc:
             raise UnsupportedArgument(f"GRPOTrainer: {exc}") from None
         return rows, eval_rows, owners

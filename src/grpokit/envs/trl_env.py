@@ -308,14 +308,16 @@ def reads_instances(fn: Callable) -> bool:
         return False
 
 
-def use_trl_environment(cfg: Any, factory: Any, tools: Any, max_completion_length: int) -> list[str]:
+def use_trl_environment(cfg: Any, factory: Any, tools: Any, max_completion_length: int,
+                        max_tool_calling_iterations: Optional[int] = None) -> list[str]:
     """Point ``cfg.environment`` at environment ``trl`` for TRL's ``environment_factory`` / ``tools``; the class names
     whose ``get_reward`` is a reward (:func:`env_reward`). Raises ``ValueError`` (one line) for a factory or tool that
     cannot play (:func:`probe`).
 
     TRL caps a rollout's whole completion, tool results included, at ``max_completion_length`` and
     does not cap the tool rounds by default: ``environment.max_episode_tokens`` and ``max_turns`` are
-    set to it unless ``grpokit=`` set them.
+    set to it unless ``grpokit=`` set them; ``max_tool_calling_iterations`` rounds of tool calls are
+    ``max_turns`` = rounds + 1 (the answer after the last round).
     """
     e, default = cfg.environment, type(cfg.environment)()
     if e.name:
@@ -324,6 +326,8 @@ def use_trl_environment(cfg: Any, factory: Any, tools: Any, max_completion_lengt
     e.name, e.options = "trl", {**e.options, "factory": factory, "tools": list(tools or ())}
     if e.max_episode_tokens == default.max_episode_tokens:
         e.max_episode_tokens = max_completion_length
-    if e.max_turns == default.max_turns:
+    if max_tool_calling_iterations is not None:
+        e.max_turns = max_tool_calling_iterations + 1
+    elif e.max_turns == default.max_turns:
         e.max_turns = max_completion_length  # every turn samples at least one token: the token cap binds first
     return owners
