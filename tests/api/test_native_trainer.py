@@ -104,3 +104,20 @@ def test_a_raw_prompt_skips_the_chat_template_in_native_runs_too():
     assert render_prompt(tok, RawPrompt("Q: 1+1\nA:")) == "Q: 1+1\nA:"
     assert render_prompt(tok, RawPrompt("Q: 1+1\nA:"), "Be brief.") == "Be brief.\n\nQ: 1+1\nA:"
     assert render_prompt(tok, "Q: 1+1") == "<|im_start|>user\nQ: 1+1<|im_end|>\n<|im_start|>assistant\n"  # a plain str: a user message
+
+
+def test_an_environment_class_passed_from_python_runs_multi_turn_episodes(tmp_path):
+    from grpokit.envs.guessing import GuessNumber
+
+    cfg = grpokit.load_config(overrides=[
+        f"logging.output_dir={tmp_path / 'run'}", "logging.progress=false", "logging.log_samples_every=0",
+        "environment.options={max_guesses: 3}",
+        "environment.max_episode_tokens=120", "rewards=[{name: env_return}]", "eval.accuracy_reward=env_return",
+        "rollout.group_size=2", "rollout.prompts_per_step=2", "rollout.max_new_tokens=5", "eval.before=false", "eval.after=false",
+    ])
+    model, tokenizer = tiny_model_and_tokenizer()
+    rows = [{"prompt": f"Guess my number between {lo} and {lo + 7}.", "answer": str(lo + 3)} for lo in range(1, 9)]
+    trainer = grpokit.Trainer(cfg, model, tokenizer, dataset=rows, environment=GuessNumber)
+    assert trainer.cfg.environment.name == "grpokit.envs.guessing:GuessNumber"
+    batch, _, _ = trainer._collect()
+    assert batch.action_mask is not None and batch.episodes  # episodes of the environment, observation tokens masked
