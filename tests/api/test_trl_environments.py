@@ -59,6 +59,10 @@ def test_a_dict_of_environments_routes_rows_and_rewards_see_the_environment_colu
     assert all(h["rewards/Lamp/mean"] == 0.0 for h in logs)  # the Lamp episodes' get_reward (Echo's: None, not in the mean)
     # two steps of 2 rows draw all 4; each row's reset ran in its own environment: Echo's reset appended the row's word, Lamp's nothing
     assert set(seen) == {("lamp", "Task a."), ("echo", "Task b. Say b."), ("lamp", "Task c."), ("echo", "Task d. Say d.")}
+    metrics = trainer.evaluate(eval_dataset=ROWS[:2])  # a later eval dataset is routed the same way
+    assert metrics["eval_rewards/Lamp/mean"] == 0.0 and metrics["eval_rewards/by_environment/mean"] == 0.0
+    with pytest.raises(UnsupportedArgument, match="GRPOTrainer.evaluate\\(eval_dataset\\): row 0 has environment='desk'"):
+        trainer.evaluate(eval_dataset=[{**ROWS[0], "environment": "desk"}])
 
 
 @pytest.mark.parametrize("kwargs,expected", [

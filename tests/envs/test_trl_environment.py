@@ -138,7 +138,7 @@ def test_a_dict_of_factories_routes_each_row_by_its_environment_column():
     assert type(env.env) is Counter and first[1]["content"] == "Go.Count to 2 with increment."
     assert "put" not in first[0]["content"]  # only the row's environment's tools are listed
     assert "KeyValue" not in env.step("done").info  # a Counter episode has no get_reward
-    assert routing_problem({"kv": KeyValue}, rows, "train_dataset") == (
+    assert routing_problem({"kv": KeyValue}, rows, "GRPOTrainer(train_dataset)") == (
         "GRPOTrainer(train_dataset): row 1 has environment='count'; with a dict environment_factory every row names one "
         "of ['kv'] in its 'environment' column")
     with pytest.raises(ValueError, match="the row's environment 'count' is not one of environment_factory's \\['kv'\\]"):

@@ -180,7 +180,8 @@ class GRPOTrainer:
                                           "rows with an 'environment' column to route them; give train_dataset or one factory")
             cfg.data.n_train, cfg.data.n_heldout = cfg.rollout.prompts_per_step, 0  # TRL: one generation round of placeholder rows
         rows, eval_rows = trl_env.route_rows(rows), trl_env.route_rows(eval_rows)
-        problem = trl_env.routing_problem(factory, rows, "train_dataset") or trl_env.routing_problem(factory, eval_rows, "eval_dataset")
+        problem = trl_env.routing_problem(factory, rows, "GRPOTrainer(train_dataset)") or trl_env.routing_problem(
+            factory, eval_rows, "GRPOTrainer(eval_dataset)")
         if problem:
             raise UnsupportedArgument(problem)
         try:
@@ -363,6 +364,13 @@ class GRPOTrainer:
         from grpokit.api.evaluation import sampled_rewards
 
         rows = self._rows(eval_dataset, "eval_dataset") if eval_dataset is not None else self.native.splits.heldout
+        if eval_dataset is not None and self._trl_environment:  # the rows' environment column, routed as at init
+            from grpokit.envs.trl_env import route_rows, routing_problem
+
+            rows = route_rows(rows)
+            problem = routing_problem(self.native.cfg.environment.options.get("factory"), rows, "GRPOTrainer.evaluate(eval_dataset)")
+            if problem:
+                raise UnsupportedArgument(problem)
         if not rows:
             raise UnsupportedArgument("GRPOTrainer.evaluate(): no eval_dataset was given (to GRPOTrainer or to evaluate)")
         metrics = {f"{metric_key_prefix}_{k}": v for k, v in sampled_rewards(self.native, rows, self.args.per_device_eval_batch_size).items()}

@@ -268,7 +268,7 @@ def routing_problem(factory: Any, rows: Optional[list[dict]], where: str) -> Opt
     for i, row in enumerate(rows):
         if row.get(ROUTE_COLUMN) not in factory:
             got = f"environment={row[ROUTE_COLUMN]!r}" if ROUTE_COLUMN in row else "no 'environment' column"
-            return (f"GRPOTrainer({where}): row {i} has {got}; with a dict environment_factory every row names one of "
+            return (f"{where}: row {i} has {got}; with a dict environment_factory every row names one of "
                     f"{sorted(factory)} in its 'environment' column")
     return None
 
