@@ -121,3 +121,12 @@ def test_an_environment_class_passed_from_python_runs_multi_turn_episodes(tmp_pa
     assert trainer.cfg.environment.name == "grpokit.envs.guessing:GuessNumber"
     batch, _, _ = trainer._collect()
     assert batch.action_mask is not None and batch.episodes  # episodes of the environment, observation tokens masked
+
+
+def test_the_callers_config_is_left_as_it_was(tmp_path):
+    model, tokenizer = tiny_model_and_tokenizer()
+    cfg = native_cfg(tmp_path)
+    before = (cfg.model.family, [r.name for r in cfg.rewards], cfg.environment.name)
+    trainer = grpokit.Trainer(cfg, model, tokenizer, dataset=ROWS, rewards=[length_reward])
+    assert trainer.cfg.model.family == "causal_lm" and trainer.cfg.rewards[0].name.endswith(":length_reward")
+    assert (cfg.model.family, [r.name for r in cfg.rewards], cfg.environment.name) == before == ("auto", ["answer_match"], None)

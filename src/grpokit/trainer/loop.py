@@ -15,6 +15,7 @@ as in DeepSeekMath GRPO / TRL (AdamW's momentum and weight decay move the weight
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import time
 from pathlib import Path
@@ -72,6 +73,7 @@ class Trainer:
 
     def __init__(self, cfg: Config, model: Optional[torch.nn.Module] = None, tokenizer: Any = None, *, dataset: Any = None,
                  eval_dataset: Any = None, rewards: Optional[list] = None, environment: Any = None) -> None:
+        cfg = copy.deepcopy(cfg)  # the run's own copy: what it fills in (rewards=, environment=, the family found) stays out of the caller's
         if environment is not None:
             cfg.environment.name = setup.environment_name(environment)
         if rewards is not None:
