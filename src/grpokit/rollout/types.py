@@ -13,9 +13,11 @@ import torch
 class RolloutBatch:
     """G sampled completions for each of several prompts, flattened to B = prompts x G rows.
 
-    prompt_ids:      [B, P] left-padded prompt tokens
+    prompt_ids:      [B, P] left-padded prompt tokens (P = 0 for a family whose condition is not text,
+                     e.g. the flow family's class labels, kept in its own batch field)
     prompt_mask:     [B, P] 1 = real prompt token
-    completion_ids:  [B, T] right-padded completion tokens (EOS included when produced)
+    completion_ids:  [B, T] right-padded completion tokens (EOS included when produced); a family whose
+                     units are not tokens puts each unit's own id here (the flow family: its denoising step)
     completion_mask: [B, T] 1 = generated token that counts (up to and including EOS)
     group_ids:       [B] index of the prompt each row came from (0..prompts-1)
     sampling_logp:   [B, T] log-prob of each token under the sampling distribution

@@ -13,7 +13,7 @@ generator's own images: an extension, not that paper's setting).
 * **Units**: the trained steps of each sample, U = ⌊``train_fraction``·K⌋, the first U in order
   (Flow-GRPO) or a fresh random subset per sample (DanceGRPO / Pref-GRPO); ``completion_ids
   [B, U]`` holds each unit's step index and ``completion_mask`` is all ones, so every registered
-  loss sees plain ``[B, U]`` tensors. ``sampling_logp [B, U]`` are the recorded log-probs.
+  loss sees plain ``[B, U]`` tensors; the condition is ``labels [B]`` (``prompt_ids`` is empty, ``[B, 0]``). ``sampling_logp [B, U]`` are the recorded log-probs.
 * **Scoring / learning**: one forward per unit (``units_share_one_forward = False``) on the stored
   (x_k, x_{k+1}) pair with the same guidance as rollout; ℓ = per-element mean Gaussian
   log-density of x_{k+1} under N(μ_θ(x_k), s_k²). Gradient reaches ℓ only through μ_θ.
@@ -183,7 +183,8 @@ class FlowMatchingPolicy(ModulePolicy):
             self._last = {"flow/step_logp": float(sampling_logp.mean()), "flow/trained_steps": float(units.shape[1]),
                           "flow/brightness": float(images.mean())}
         return FlowRolloutBatch(
-            prompt_ids=labels[:, None], prompt_mask=torch.ones(b, 1, dtype=torch.long, device=self.device),
+            # no prompt tokens: the condition is the class label (``labels``), not text
+            prompt_ids=torch.zeros(b, 0, dtype=torch.long, device=self.device), prompt_mask=torch.zeros(b, 0, dtype=torch.long, device=self.device),
             completion_ids=units, completion_mask=mask,
             group_ids=torch.arange(len(rows), device=self.device).repeat_interleave(group_size),
             sampling_logp=sampling_logp, truncated=torch.zeros(b, dtype=torch.bool, device=self.device),
