@@ -46,6 +46,13 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "grpokit.families.flow_matching.procedural",  # flow_images
     # demonstration writers
     "grpokit.data.sql_cot",
+    # environments and tools
+    "grpokit.envs.guessing",  # guess_number
+    "grpokit.envs.navigation",  # text_navigation (ActiveVLN)
+    "grpokit.envs.tools",  # tools (the calculator and python tools)
+    "grpokit.envs.gym_adapter",  # gymnasium (a gymnasium.Env)
+    "grpokit.envs.openenv_adapter",  # openenv
+    "grpokit.envs.trl_env",  # trl (TRL's environment_factory / tools)
 )
 
 ENTRY_POINT_GROUP = "grpokit.plugins"

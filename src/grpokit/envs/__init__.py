@@ -1,10 +1,12 @@
 """Environments for multi-turn episodes: the API, the episode backend and the built-ins.
 
+The built-in environments register from :data:`grpokit.builtins.BUILTIN_MODULES` like every other
+registry's variants (``ENVIRONMENTS`` loads them on its first lookup).
+
 See :mod:`grpokit.envs.base` for the ``reset`` / ``step`` contract and
 :mod:`grpokit.envs.episodes` for how episodes become token-in/token-out training rows.
 """
 
-from grpokit.envs import guessing, gym_adapter, navigation, openenv_adapter, tools, trl_env  # noqa: F401  (register the built-in environments)
 from grpokit.envs.base import ENVIRONMENTS, Environment, StepResult, environment_factory
 
 __all__ = ["ENVIRONMENTS", "Environment", "StepResult", "environment_factory"]
