@@ -210,3 +210,12 @@ def test_resume_skips_a_corrupt_newest_checkpoint(tiny_cfg, tmp_path, caplog):
         for k in w:
             assert g[k] == pytest.approx(w[k], rel=1e-4, abs=1e-6), (g["step"], k)
     assert checkpoint_problem(run / "checkpoints" / "step-3") is None  # rewritten whole
+
+
+def test_a_resumed_run_reports_the_before_evaluation_of_the_run_it_continues(tiny_cfg, tmp_path):
+    common = {"train.steps": 2, "logging.checkpoint_every": 1, "eval.before": True, "eval.after": False,
+              "logging.output_dir": str(tmp_path / "run")}
+    first = Trainer(tiny_cfg(**common), *tiny_model_and_tokenizer(seed=0)).train()
+    again = Trainer(tiny_cfg(**common), *tiny_model_and_tokenizer(seed=0)).train(resume=True)  # already finished: no step
+    assert again["steps"] == 2 and first["before"]["accuracy"] == again["before"]["accuracy"]
+    assert again["before"]["n"] == first["before"]["n"] > 0

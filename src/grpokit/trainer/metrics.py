@@ -260,6 +260,13 @@ class RunLogger:
         for backend in self.backends:
             backend.log(step, _numbers(metrics))
 
+    def logged_eval(self, label: str) -> Optional[dict[str, Any]]:
+        """The newest evaluation of ``label`` in eval.jsonl (a resumed run's 'before', measured by the run it continues), or None."""
+        path = self.run_dir / "eval.jsonl"
+        rows = [json.loads(l) for l in path.read_text().splitlines() if l] if path.exists() else []
+        found = [r for r in rows if r.get("label") == label]
+        return {k: v for k, v in found[-1].items() if k not in ("step", "label", "split")} if found else None
+
     def log_eval(self, step: int, label: str, result: dict[str, float]) -> None:
         self._append("eval.jsonl", {"step": step, "label": label, "split": "heldout", **result})
         for backend in self.backends:
