@@ -72,3 +72,18 @@ def test_auto_is_recorded_in_the_config_and_an_unresolvable_name_fails_before_an
     assert run_family(cfg).name == "vision_lm" and cfg.model.family == "vision_lm"
     with pytest.raises(RunContractError, match="model.name 'no-such-model' does not exist"):
         run_family(load_config(preset="demo", overrides=["model.name=no-such-model"]))
+
+
+def test_a_cached_hub_id_of_a_qwen2_vl_goes_to_the_vision_family(tmp_path, monkeypatch):
+    from grpokit.families.vision_lm.loading import resolve
+    from grpokit.families.vision_lm.tiny_qwen2vl import save_tiny_qwen2vl
+
+    cache = tmp_path / "hub"
+    snap = cache / "models--org--tiny-vl" / "snapshots" / "abc123"
+    save_tiny_qwen2vl(snap)
+    (cache / "models--org--tiny-vl" / "refs").mkdir()
+    (cache / "models--org--tiny-vl" / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    assert FAMILIES.for_name("org/tiny-vl").name == "vision_lm"  # not the causal LM's generic claim
+    assert FAMILIES.for_name(str(cache / "models--org--tiny-vl")).name == "vision_lm"
+    assert resolve("org/tiny-vl") == snap

@@ -18,8 +18,11 @@ EMBEDDED_VISION = {"tiny-qwen2vl": "the tiny Qwen2-VL of grpokit.families.vision
 
 
 def _folder(name: str) -> Path | None:
+    """The model folder behind ``name``: a folder or run folder, a Hub-layout folder or a Hub id in the local cache."""
+    from grpokit.model.loading import resolve_model_name
     from grpokit.trainer.checkpoint import CheckpointError, model_source
 
+    name = resolve_model_name(name) or name  # a Hub id / Hub-layout folder: its snapshot (nothing is downloaded)
     try:
         source = model_source(name)
     except CheckpointError:
@@ -29,10 +32,10 @@ def _folder(name: str) -> Path | None:
 
 
 def is_vision_model(name: str) -> bool:
-    """True for an embedded VLM name or a folder (or run folder) whose config is a supported VLM."""
+    """True for an embedded VLM name or a folder (run folder, Hub-layout folder, cached Hub id) whose config is a supported VLM."""
     if name in EMBEDDED_VISION:
         return True
-    folder = _folder(name) if Path(name).expanduser().exists() else None
+    folder = _folder(name)
     if folder is None:
         return False
     try:
