@@ -156,7 +156,10 @@ def _load_for_eval(source: str, dtype: str):
     if adapter_cfg.is_file():
         from peft import PeftModel
 
-        base = json.loads(adapter_cfg.read_text()).get("base_model_name_or_path") or "smollm2-135m-instruct"
+        base = json.loads(adapter_cfg.read_text()).get("base_model_name_or_path")
+        if not base:  # never a guessed base: the adapter's weights mean nothing on another model
+            raise ValueError(f"{adapter_cfg} names no base_model_name_or_path: set it to the model the adapter was trained on "
+                             "(an embedded name, a model folder or a Hub id)")
         model, tokenizer = load_model(base, dtype=dtype)
         return PeftModel.from_pretrained(model, source), tokenizer
     return load_model(source, dtype=dtype)

@@ -89,3 +89,13 @@ def test_a_dequantised_user_gguf_is_recorded_as_its_gguf_file(tmp_path, monkeypa
     assert portable_base(str(folder)) == "/data/mine.gguf"
     assert portable_base(str(tmp_path / "hub" / "models--a--b" / "snapshots" / "c0ffee")) == "a/b"
     assert portable_base("org/tiny") == "org/tiny"
+
+
+def test_an_adapter_that_names_no_base_is_refused_in_one_line_not_loaded_on_a_guessed_base(tmp_path):
+    import json
+
+    import pytest
+
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "base_model_name_or_path": None}))
+    with pytest.raises(ValueError, match="names no base_model_name_or_path: set it to the model the adapter was trained on"):
+        _load_for_eval(str(tmp_path), "float32")
