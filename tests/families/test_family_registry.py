@@ -87,3 +87,19 @@ def test_a_cached_hub_id_of_a_qwen2_vl_goes_to_the_vision_family(tmp_path, monke
     assert FAMILIES.for_name("org/tiny-vl").name == "vision_lm"  # not the causal LM's generic claim
     assert FAMILIES.for_name(str(cache / "models--org--tiny-vl")).name == "vision_lm"
     assert resolve("org/tiny-vl") == snap
+
+
+@pytest.mark.parametrize("field,owner", [("vision.mask_probability=0.9", "vision_lm"), ("diffusion.steps=4", "masked_diffusion / palette"),
+                                         ("flow.steps=3", "flow_matching")])
+def test_a_field_of_another_familys_section_is_refused_at_load(field, owner):
+    from grpokit.trainer.inputs import RunContractError, check_run
+
+    with pytest.raises(RunContractError, match=rf"{field.split('=')[0]} is set, but .* read only by the {owner} famil.*policy is 'causal_lm'"):
+        check_run(load_config(preset="demo", overrides=[field]))
+    check_run(load_config(preset="demo"))  # the same run without it passes
+
+
+def test_a_familys_own_section_is_read():
+    from grpokit.trainer.inputs import check_run
+
+    check_run(load_config(preset="demo", overrides=["model.name=tiny-qwen2vl", "vision.mask_probability=0.9", "data.task=vision_qa"]))

@@ -188,7 +188,7 @@ def check_run(cfg: Config) -> None:
         raise RunContractError(f"data.demonstrations '{cfg.data.demonstrations}' writes completions for stage sft; stage '{cfg.stage}' does not read them: set data.demonstrations=null or stage=sft")
     from grpokit.envs.checks import environment_problem
 
-    for problem in (environment_problem(cfg), family.config_problem(cfg)):
+    for problem in (environment_problem(cfg), family.config_problem(cfg), foreign_section_problem(cfg, family)):
         if problem is not None:
             raise RunContractError(problem)
     if cfg.variational.enabled:
@@ -202,6 +202,26 @@ def check_run(cfg: Config) -> None:
             f"algorithm.loss '{cfg.algorithm.loss}' needs whole groups per micro-batch: make train.micro_batch_size "
             f"a multiple of rollout.group_size ({cfg.rollout.group_size})"
         )
+
+
+def foreign_section_problem(cfg: Config, family) -> Optional[str]:
+    """A field set in another family's config section (e.g. ``vision.*`` for a text policy): nothing would read it."""
+    import dataclasses
+
+    from grpokit.families import FAMILIES
+
+    for section in sorted({s for f in FAMILIES for s in f.sections} - set(family.sections)):
+        values = getattr(cfg, section, None)
+        if values is None:
+            continue
+        default = type(values)()
+        for f in dataclasses.fields(values):
+            if getattr(values, f.name) != getattr(default, f.name):
+                owners = sorted(f2.name for f2 in FAMILIES if section in f2.sections)
+                return (f"{section}.{f.name} is set, but the {section} section is read only by the {' / '.join(owners)} "
+                        f"famil{'ies' if len(owners) > 1 else 'y'} and this run's policy is '{family.name}' (model.name "
+                        f"'{cfg.model.name}'): remove it, or train a model of that family")
+    return None
 
 
 def check_data(cfg: Config, rows: list[dict]) -> None:
