@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from grpokit.cli import main
-from grpokit.testing import save_tiny_model
+from grpokit.testing import binary_search_guesser, save_tiny_model
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -93,33 +93,13 @@ def test_train_label_free_dataset_with_majority_vote(tmp_path, tiny_dir, monkeyp
     assert "reward/majority_vote/mean" in metrics
 
 
-def _binary_search(self, input_ids, attention, group_size, params, past=None, keep_cache=False):
-    """A scripted policy for guess_number: halve the prompt's range by every "Higher." / "Lower." in the context."""
-    import re
-
-    import torch
-
-    assert past is None and not keep_cache  # environment.kv_cache=false: each turn sees its whole context
-    turns = []
-    for ids, att in zip(input_ids.cpu(), attention.cpu()):
-        text = self.tokenizer.decode(ids[att.bool()].tolist())
-        lo, hi = map(int, re.search(r"from (-?\d+) to (-?\d+)", text).groups())
-        for guess, reply in re.findall(r"assistant\n(-?\d+)<\|im_end\|>\n<\|im_start\|>user\n(Higher|Lower)\.", text):
-            lo, hi = (int(guess) + 1, hi) if reply == "Higher" else (lo, int(guess) - 1)
-        turns += [self.tokenizer(str((lo + hi) // 2), add_special_tokens=False).input_ids + [self.eos_ids[0]]] * group_size
-    tokens = torch.full((len(turns), max(map(len, turns))), self.pad_id, dtype=torch.long, device=input_ids.device)
-    for r, t in enumerate(turns):
-        tokens[r, : len(t)] = torch.tensor(t, dtype=torch.long, device=input_ids.device)
-    return tokens, torch.full(tokens.shape, -0.5, device=input_ids.device), torch.ones(tokens.shape, device=input_ids.device)
-
-
 def test_eval_of_the_guess_number_preset_plays_the_environments_episodes(tiny_dir, monkeypatch, capsys, tmp_path):
     """Binary search finds every secret of a range at most 16 wide within 5 guesses (6 allowed), so the held-out
     accuracy (env_info solved) is 4 / 4 = 1; a single-turn completion would never reach the environment (accuracy 0)."""
     from grpokit.rollout.hf import HFBackend
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(HFBackend, "_decode", _binary_search)
+    monkeypatch.setattr(HFBackend, "_decode", binary_search_guesser)
     code = main(["eval", "--preset", "guess_number", "--model", tiny_dir, "--limit", "4", "--set", "environment.kv_cache=false"])
     out = capsys.readouterr()
     assert code == 0, out.err

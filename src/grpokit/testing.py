@@ -164,3 +164,28 @@ def implicit_device_recorder():
             return ", ".join(f"{Path(f).relative_to(root)}:{line} torch.{name}" for f, line, name in sorted(self.hits))
 
     return Recorder()
+
+
+def binary_search_guesser(self, input_ids, attention, group_size, params, past=None, keep_cache=False):
+    """A scripted ``HFBackend._decode`` for the ``guess_number`` environment: halve the range stated in the first
+    observation by every "Higher." / "Lower." reply in the context (SmolLM2's chat template) and guess its middle.
+
+    Patch it in with ``monkeypatch.setattr(HFBackend, "_decode", binary_search_guesser)`` and
+    ``environment.kv_cache=false`` (each turn must see its whole context).
+    """
+    import re
+
+    import torch
+
+    assert past is None and not keep_cache  # environment.kv_cache=false: each turn sees its whole context
+    turns = []
+    for ids, att in zip(input_ids.cpu(), attention.cpu()):
+        text = self.tokenizer.decode(ids[att.bool()].tolist())
+        lo, hi = map(int, re.search(r"from (-?\d+) to (-?\d+)", text).groups())
+        for guess, reply in re.findall(r"assistant\n(-?\d+)<\|im_end\|>\n<\|im_start\|>user\n(Higher|Lower)\.", text):
+            lo, hi = (int(guess) + 1, hi) if reply == "Higher" else (lo, int(guess) - 1)
+        turns += [self.tokenizer(str((lo + hi) // 2), add_special_tokens=False).input_ids + [self.eos_ids[0]]] * group_size
+    tokens = torch.full((len(turns), max(map(len, turns))), self.pad_id, dtype=torch.long, device=input_ids.device)
+    for r, t in enumerate(turns):
+        tokens[r, : len(t)] = torch.tensor(t, dtype=torch.long, device=input_ids.device)
+    return tokens, torch.full(tokens.shape, -0.5, device=input_ids.device), torch.ones(tokens.shape, device=input_ids.device)

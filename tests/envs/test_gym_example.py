@@ -2,17 +2,15 @@
 run's held-out evaluation measures the environment's success."""
 
 import json
-import re
 import shutil
 from pathlib import Path
 
 import pytest
-import torch
 
 pytest.importorskip("gymnasium")
 
 from grpokit.cli import main  # noqa: E402
-from grpokit.testing import save_tiny_model  # noqa: E402
+from grpokit.testing import binary_search_guesser, save_tiny_model  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gym_env"
 
@@ -40,21 +38,6 @@ def test_the_gym_example_trains_two_steps_from_its_config_on_a_tiny_model(tmp_pa
     assert "sampled episodes" in out.err and "heldout_accuracy before=" in out.out
 
 
-def _binary_search(self, input_ids, attention, group_size, params, past=None, keep_cache=False):
-    """A scripted guess_number policy: halve the range of the first observation by every "Higher." / "Lower." since."""
-    turns = []
-    for ids, att in zip(input_ids.cpu(), attention.cpu()):
-        text = self.tokenizer.decode(ids[att.bool()].tolist())
-        lo, hi = map(int, re.search(r"from (-?\d+) to (-?\d+)", text).groups())
-        for guess, reply in re.findall(r"assistant\n(-?\d+)<\|im_end\|>\n<\|im_start\|>user\n(Higher|Lower)\.", text):
-            lo, hi = (int(guess) + 1, hi) if reply == "Higher" else (lo, int(guess) - 1)
-        turns += [self.tokenizer(str((lo + hi) // 2), add_special_tokens=False).input_ids + [self.eos_ids[0]]] * group_size
-    tokens = torch.full((len(turns), max(map(len, turns))), self.pad_id, dtype=torch.long, device=input_ids.device)
-    for r, t in enumerate(turns):
-        tokens[r, : len(t)] = torch.tensor(t, dtype=torch.long, device=input_ids.device)
-    return tokens, torch.full(tokens.shape, -0.5, device=input_ids.device), torch.ones(tokens.shape, device=input_ids.device)
-
-
 def test_heldout_episodes_of_a_run_without_data_measure_the_environment_s_success(tmp_path, monkeypatch, capsys):
     """guess_number with data.task=null draws each held-out range (4-16 wide) and secret from its seed; binary search
     finds a secret in at most ceil(log2(17)) = 5 guesses of the 6 allowed, so accuracy (env_info solved) = 5 / 5 = 1.
@@ -63,7 +46,7 @@ def test_heldout_episodes_of_a_run_without_data_measure_the_environment_s_succes
 
     tiny = save_tiny_model(tmp_path / "tiny")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(HFBackend, "_decode", _binary_search)
+    monkeypatch.setattr(HFBackend, "_decode", binary_search_guesser)
     code = main(["eval", "--preset", "guess_number", "--model", tiny, "--set", "data.task=null", "--set", "data.n_heldout=5",
                  "--set", "environment.kv_cache=false"])
     out = capsys.readouterr()
