@@ -166,7 +166,7 @@ class FamilyRegistry:
         """The family of ``model.name``: ``choice`` when it names one, else the single strongest claimant (one-line errors)."""
         if choice != "auto":
             return self.get(choice)
-        return self._strongest({f.name: f.claim(model_name) for f in self}, f"model.name '{model_name}'", self._none_claims(model_name))
+        return self._strongest({f.name: f.claim(model_name) for f in self}, f"model.name '{model_name}'", self.unclaimed_message(model_name))
 
     def for_model(self, model: torch.nn.Module, tokenizer: Any, choice: str = "auto") -> Family:
         """The family of a model object passed from Python (``model.family`` when set)."""
@@ -185,7 +185,7 @@ class FamilyRegistry:
             raise ValueError(f"{what} is claimed by the families {top} alike: set model.family to the one to use")
         return self._families[top[0]]
 
-    def _none_claims(self, model_name: str) -> str:
+    def unclaimed_message(self, model_name: str) -> str:
         """The one-line error for a model.name no family claims."""
         from pathlib import Path
 

@@ -48,7 +48,7 @@ class CausalLMFamily(Family):
     def embedded(self) -> dict[str, str]:  # type: ignore[override]
         from grpokit.model.loading import EMBEDDED_MODELS
 
-        return {name: getattr(m, "description", "") or name for name, m in EMBEDDED_MODELS.items()}
+        return {name: m.description for name, m in EMBEDDED_MODELS.items()}
 
     def claim(self, model_name: str) -> Claim:
         from grpokit.model.loading import EMBEDDED_MODELS
@@ -84,7 +84,7 @@ class CausalLMFamily(Family):
         from grpokit.trainer.checkpoint import model_source
 
         if self.claim(cfg.model.name) == Claim.NO:  # model.family=causal_lm names a run folder that does not exist yet
-            raise ValueError(FAMILIES._none_claims(cfg.model.name))
+            raise ValueError(FAMILIES.unclaimed_message(cfg.model.name))
         model, tokenizer = load_model(model_source(cfg.model.name), dtype=cfg.model.dtype, device=device)  # CUDA: SDPA / flash attention
         return (apply_lora(model, cfg.model.lora) if cfg.model.lora.enabled else model), tokenizer
 
@@ -123,10 +123,10 @@ class CausalLMFamily(Family):
 
 
 def _loadable(model_name: str) -> bool:
-    """A path that exists (a model folder, a run folder), or a name the model loader resolves (a Hub-layout folder, a cached Hub id)."""
+    """A name the model loader resolves: an existing path (a model or run folder, a Hub-layout folder) or a cached Hub id."""
     from grpokit.model.loading import resolve_model_name
 
-    return Path(model_name).expanduser().exists() or resolve_model_name(model_name) is not None
+    return resolve_model_name(model_name) is not None
 
 
 FAMILY = FAMILIES.register(CausalLMFamily())
