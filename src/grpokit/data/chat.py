@@ -28,6 +28,11 @@ class RawPrompt(str):
     """
 
 
+def is_visual(row: dict) -> bool:
+    """The row conditions on images or a video (its ``images`` / ``video`` column)."""
+    return bool(row.get("images")) or row.get("video") is not None
+
+
 def is_conversation(prompt: Any) -> bool:
     """True for a conversational prompt (a list of messages), as TRL's ``is_conversational``."""
     return isinstance(prompt, list)

@@ -186,14 +186,16 @@ def reword_and_distract(
 
 def modality_hint(row: dict, fraction: float, rng: random.Random) -> str | None:
     """Rows with images or video: a where-to-look hint (``grpokit.families.vision_lm.tasks.visual_hint``); text rows: :func:`worked_steps_hint`."""
-    from grpokit.families.vision_lm.tasks import is_visual, visual_hint
+    from grpokit.data.chat import is_visual
+    from grpokit.families.vision_lm.tasks import visual_hint
 
     return visual_hint(row, fraction, rng) if is_visual(row) else worked_steps_hint(row, fraction, rng)
 
 
 def modality_perturber(row: dict, strength: float, rng: random.Random) -> dict | None:
     """Rows with images or video: Gaussian frame noise (``noisy_frames_copy``); text rows: :func:`reword_and_distract`."""
-    from grpokit.families.vision_lm.tasks import is_visual, noisy_frames_copy
+    from grpokit.data.chat import is_visual
+    from grpokit.families.vision_lm.tasks import noisy_frames_copy
 
     return noisy_frames_copy(row, strength, rng) if is_visual(row) else reword_and_distract(row, strength, rng)
 

@@ -232,7 +232,9 @@ def check_data(cfg: Config, rows: list[dict]) -> None:
             f"variational.enabled needs the reference answer of every training row (its posterior is prompted with it): "
             f"{missing} of {len(rows)} rows have no 'answer' (set data.answer_column to the column that holds it)"
         )
-    visual = [i for i, row in enumerate(rows) if row.get("images") or row.get("video") is not None]
+    from grpokit.data.chat import is_visual
+
+    visual = [i for i, row in enumerate(rows) if is_visual(row)]
     if visual and not _capabilities(cfg).visual_input:
         i = visual[0]
         column = "images" if rows[i].get("images") else "video"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from grpokit.config.schema import Config
+from grpokit.data.chat import is_visual
 
 
 def vision_problem(cfg: Config) -> Optional[str]:
@@ -25,14 +26,9 @@ def vision_problem(cfg: Config) -> Optional[str]:
     return None
 
 
-def visual_rows(rows: list[dict]) -> list[int]:
-    """Indices of the rows with an ``images`` or ``video`` column."""
-    return [i for i, row in enumerate(rows) if row.get("images") or row.get("video") is not None]
-
-
 def data_problem(cfg: Config, rows: list[dict], needs_aux: bool) -> Optional[str]:
     """Why the training rows cannot feed the run's policy and method, or None (rows are checked, not loaded)."""
-    visual = visual_rows(rows)
+    visual = [i for i, row in enumerate(rows) if is_visual(row)]
     if needs_aux and not visual:
         return (f"algorithm.loss '{cfg.algorithm.loss}' needs rows with images or video (its perception term compares "
                 "the original and the masked image), and no training row has an 'images' or 'video' column")

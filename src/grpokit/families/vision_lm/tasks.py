@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 from typing import Any, Optional
 
+from grpokit.data.chat import is_visual
 from grpokit.data.tasks import TASKS, TaskSplits
 from grpokit.families.vision_lm.procedural import image_question, noise_frames, video_question
 
@@ -91,10 +92,6 @@ def video_qa(seed: int, n_train: int, n_heldout: int, *, kinds: Any = VIDEO_KIND
 
 
 # ---------------------------------------------------------------------------- augmentations
-def is_visual(row: dict) -> bool:
-    return bool(row.get("images")) or row.get("video") is not None
-
-
 def noisy_frames_copy(row: dict, strength: float, rng: random.Random, base_sigma: float = 20.0,
                       max_sigma: float = 80.0) -> Optional[dict]:
     """A harder copy: every frame (or image) plus N(0, sigma^2) noise, sigma = base + strength (max - base); same answer."""
