@@ -396,8 +396,8 @@ class Trainer:
                 self.logger.truncate_after(-1)
             (self.run_dir / "config.yaml").write_text(dump_yaml(cfg))
         before = self.evaluate("before") if cfg.eval.before and not resumed else None
-        if resumed and cfg.eval.before:  # measured by the run this one continues
-            before = getattr(self.logger, "logged_eval", lambda label: None)("before")
+        if resumed and cfg.eval.before and self.learners.is_main:  # measured by the run this one continues
+            before = self.logger.logged_eval("before")
         budget_s = cfg.train.max_minutes * 60 if cfg.train.max_minutes else float("inf")
         progress = StepProgress(cfg.train.steps, enabled=cfg.logging.progress and self.learners.is_main, start=self.step,
                                 budget_s=budget_s, elapsed_s=self.elapsed)
