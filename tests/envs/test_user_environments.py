@@ -127,7 +127,7 @@ def test_a_preset_s_environment_options_and_task_rows_stay_with_the_preset_s_env
     assert kept["environment"]["options"] == {"max_guesses": 3, "turn_penalty": 0.1}  # same component: deep-merged
     assert kept["data"]["task"] == "guess_number"
     either_order = [raw_config(preset="guess_number", overrides=order)["environment"]["options"] for order in
-                    ([f"environment.name={spec}", "environment.options={turns: 1}"], [f"environment.options={{turns: 1}}", f"environment.name={spec}"])]
+                    ([f"environment.name={spec}", "environment.options={turns: 1}"], ["environment.options={turns: 1}", f"environment.name={spec}"])]
     assert either_order == [{"turns": 1}, {"turns": 1}]  # --set is one layer: its own options are kept, whole
     cfg = load_config(preset="guess_number", overrides=[f"environment.name={spec}", f"logging.output_dir={tmp_path / 'run'}",
                                                        "data.n_train=6", "data.n_heldout=3", *TINY])

@@ -17,7 +17,7 @@ no optimizer update at all (a batch without a loss unit has nothing to learn).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import torch
 

@@ -7,7 +7,6 @@ import functools
 import inspect
 import math
 import random
-from pathlib import Path
 from typing import Any
 
 import torch

@@ -18,7 +18,6 @@ from __future__ import annotations
 import random
 from typing import Any, Optional
 
-from grpokit.data.chat import is_visual
 from grpokit.data.tasks import TASKS, TaskSplits
 from grpokit.families.vision_lm.procedural import image_question, noise_frames, video_question
 
