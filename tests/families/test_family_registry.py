@@ -24,7 +24,7 @@ def folders(tmp_path_factory):
     }
 
 
-def test_the_five_builtin_families_are_registered_from_one_list():
+def test_the_five_builtin_families_are_registered_each_with_a_description():
     assert FAMILIES.names() == ["causal_lm", "flow_matching", "masked_diffusion", "palette", "vision_lm"]
     assert all(f.description for f in FAMILIES)
 
@@ -99,7 +99,7 @@ def test_a_field_of_another_familys_section_is_refused_at_load(field, owner):
     check_run(load_config(preset="demo"))  # the same run without it passes
 
 
-def test_a_familys_own_section_is_read():
+def test_a_familys_own_section_is_accepted_for_its_own_model():
     from grpokit.trainer.inputs import check_run
 
     check_run(load_config(preset="demo", overrides=["model.name=tiny-qwen2vl", "vision.mask_probability=0.9", "data.task=vision_qa"]))
