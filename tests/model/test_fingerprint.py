@@ -127,3 +127,34 @@ def test_embedded_models_are_built_by_a_pinned_child_with_a_real_builder(tmp_pat
     assert [getattr(importlib.import_module(t.split(":")[0]), t.split(":")[1]) for t, _, _ in calls] == builders
     assert calls[0][1] == tmp_path / "models" / f"tiny-qwen2vl-{vision_pretrain.VERSION}-seed2" and calls[0][2] == {"seed": 2}
     assert all(str(out).startswith(str(tmp_path)) for _, out, _ in calls)
+
+
+def test_build_optimizer_is_the_fused_adamw():
+    """The default (foreach) AdamW's float32 sqrt rounds differently with and without AVX-512."""
+    p = torch.nn.Parameter(torch.ones(3))
+    opt = fp.build_optimizer([p], lr=0.1, weight_decay=0.0)
+    assert isinstance(opt, torch.optim.AdamW) and opt.param_groups[0]["fused"] is True
+    p.grad = torch.tensor([1.0, -2.0, 0.5])
+    opt.step()  # AdamW's first step moves every weight by lr * sign(g) (m / sqrt(v) = g / |g|)
+    assert torch.allclose(p.detach(), torch.tensor([0.9, 1.1, 0.9]), atol=1e-6)
+
+
+def _flow_trained(out, seed):
+    from grpokit.families.flow_matching.pretrain import build
+
+    return build(out, seed=seed, steps=1, channels=(8, 16))
+
+
+def _vision(out, seed):
+    from grpokit.families.vision_lm.pretrain import build
+
+    return build(out, seed=seed, **TINY)
+
+
+@pytest.mark.parametrize("builder", [_vision, _flow_trained, _mdm, _palette])
+def test_every_builder_trains_with_the_fused_adamw(tmp_path, builder, monkeypatch):
+    made = []
+    real = fp.build_optimizer
+    monkeypatch.setattr(fp, "build_optimizer", lambda params, **kw: made.append(kw) or real(params, **kw))
+    builder(tmp_path / "m", 0)
+    assert made, "the builder made its optimizer without grpokit.model.fingerprint.build_optimizer"

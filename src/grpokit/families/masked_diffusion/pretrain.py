@@ -35,7 +35,7 @@ from grpokit.families.masked_diffusion.likelihoods import llada_sft_loss
 from grpokit.families.masked_diffusion.model import MDMTokenizer, build_mdm, is_mdm_folder, mdm_logits, save_mdm
 
 log = logging.getLogger(__name__)
-VERSION = "v2"  # v2: built with the numerics pinned (grpokit.model.fingerprint), weights fingerprinted
+VERSION = "v3"  # v3: fused AdamW (the same floats on every x86 CPU); v2: numerics pinned, weights fingerprinted
 CANVAS = 8  # answer + [EOS] padding: every task's answer fits (countdown's longest is 7 characters)
 HELDOUT = 256
 SIZES = {"hidden": 64, "layers": 4, "heads": 4}
@@ -86,7 +86,8 @@ def train(model: torch.nn.Module, tok: MDMTokenizer, *, steps: int, clean_steps:
         rng = random.Random(f"grpokit/mdm/pretrain/{seed}")
         gen = torch.Generator().manual_seed(seed)
         pools = _pools(seed)
-        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+        from grpokit.model.fingerprint import build_optimizer
+        opt = build_optimizer(model.parameters(), lr=lr, weight_decay=0.01)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100) * max(0.05, 1 - s / steps))
         model.train()
         t0, losses = time.perf_counter(), []

@@ -133,7 +133,8 @@ def pretrain_palette(model: torch.nn.Module, *, steps: int = 400, batch: int = 6
     tok = PaletteTokenizer()
     gen = torch.Generator().manual_seed(seed)
     rng = random.Random(f"grpokit/palette/pretrain/{seed}")
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    from grpokit.model.fingerprint import build_optimizer
+    opt = build_optimizer(model.parameters(), lr=lr, weight_decay=0.01)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     losses = []

@@ -24,7 +24,7 @@ from grpokit.families.masked_diffusion.policy import CanvasBatch
 from grpokit.rollout.types import RolloutBatch, SamplingParams
 
 EMBEDDED_PALETTE = {"tiny-palette-mdm": "grpokit's class-conditional 8x8 palette mask predictor (noisy prior, built here)"}
-VERSION = "v2"  # v2: built with the numerics pinned (grpokit.model.fingerprint), weights fingerprinted
+VERSION = "v3"  # v3: fused AdamW (the same floats on every x86 CPU); v2: numerics pinned, weights fingerprinted
 
 
 def _seed(*parts: Any) -> int:
