@@ -39,6 +39,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "grpokit.families.flow_matching.rewards",  # image rewards of flow policies
     # tasks
     "grpokit.data.sql_task",  # text_to_sql
+    "grpokit.data.mcq_task",  # clinical_mcq (CRPO)
     "grpokit.families.vision_lm.tasks",  # vision_qa, video_qa
     "grpokit.editing.task",  # counterfactual_edits
     "grpokit.families.masked_diffusion.tasks",  # mdm_reverse, mdm_sort, mdm_add, mdm_countdown
