@@ -32,6 +32,8 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "grpokit.rewards.group",  # group-level rewards
     "grpokit.rewards.reward_model",  # rm_score
     "grpokit.rewards.sql",  # SQL execution rewards
+    "grpokit.rewards.sql_match",  # SQL clause F1, normalised string match
+    "grpokit.rewards.sql_judge",  # SQL LLM-judge grade
     "grpokit.rewards.crpo",  # CRPO rule rewards
     "grpokit.rewards.length",  # length_target
     "grpokit.rewards.synth",  # synth_verify

@@ -89,7 +89,11 @@ MECHANISM = {
     "dpp_grpo": [("reward/dpp/mean", lambda v: v > 0)],  # marginal log-det gains of distinct completions
     # sampled ```sql blocks name tables / columns of the row's own database schema (the base model's queries never
     # return the gold rows in one step, measured EX 0 of 16: the execution reward's action is left to the unit tests)
-    "sql": [("reward/sql_format/mean", lambda v: v > 0), ("reward/sql_schema_f1/mean", lambda v: v > 0)],
+    # (clause F1: the FROM/SELECT items they share with the gold query; the judge grades every extracted query above 0)
+    "sql": [("reward/sql_format/mean", lambda v: v > 0), ("reward/sql_clause_f1/mean", lambda v: v > 0),
+            ("reward/sql_judge/mean", lambda v: v > 0)],
+    # Thinkquel in miniature: the plan span (through the ```sql fence) was found and the answer span carried the rest
+    "ts_sql": [("spans/plan_frac", lambda v: 0 < v < 1), ("reward/sql_format/mean", lambda v: v > 0)],
     "safe_multilabel": [("reward/rm_score/std", lambda v: v > 0)],  # the multi-label reward model tells completions apart
     "guess_number": [("env/turns", lambda v: v > 1),  # episodes went on after "higher" / "lower"
                      ("env/observation_tokens", lambda v: v > 0)],  # the environment's replies sat between the turns

@@ -24,7 +24,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -135,19 +135,24 @@ def _judge_text(tokenizer: Any, template: str, prompt: str, a: str, b: str, syst
 
 
 @torch.no_grad()
-def _p_first(judge: Judge, texts: list[str], batch_size: int) -> torch.Tensor:
-    """P(A) ``[N]`` (float64, CPU) for rendered judge prompts, ``batch_size`` per forward pass."""
+def next_token_logits(judge: Judge, texts: list[str], batch_size: int) -> Iterator[torch.Tensor]:
+    """The judge's next-token logits ``[b, V]`` (float32, on its device) after each rendered text, ``batch_size`` rows a pass."""
     tok = judge.tokenizer
-    a_ids = torch.tensor(judge.a_ids, device=judge.device)
-    b_ids = torch.tensor(judge.b_ids, device=judge.device)
-    out = []
     for start in range(0, len(texts), batch_size):
         enc = tok(texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
         ids = enc["input_ids"].to(judge.device)  # [b, T], left-padded
         mask = enc["attention_mask"].to(judge.device)  # [b, T]
         # positions count real tokens only, so a left-padded row sees the same positions as alone
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits = judge.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1].float()
+        yield judge.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1].float()
+
+
+def _p_first(judge: Judge, texts: list[str], batch_size: int) -> torch.Tensor:
+    """P(A) ``[N]`` (float64, CPU) for rendered judge prompts, ``batch_size`` per forward pass."""
+    a_ids = torch.tensor(judge.a_ids, device=judge.device)
+    b_ids = torch.tensor(judge.b_ids, device=judge.device)
+    out = []
+    for logits in next_token_logits(judge, texts, batch_size):
         margin = logits[:, a_ids].logsumexp(-1) - logits[:, b_ids].logsumexp(-1)  # [b]
         out.append(torch.sigmoid(margin.double()).cpu())
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64, device="cpu")
