@@ -35,6 +35,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "grpokit.rewards.sql_match",  # SQL clause F1, normalised string match
     "grpokit.rewards.sql_judge",  # SQL LLM-judge grade
     "grpokit.rewards.crpo",  # CRPO rule rewards
+    "grpokit.rewards.safety",  # safety_rule
     "grpokit.rewards.length",  # length_target
     "grpokit.rewards.synth",  # synth_verify
     "grpokit.rewards.etcon",  # EtCon consolidation rewards
@@ -43,6 +44,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "grpokit.data.sql_task",  # text_to_sql
     "grpokit.data.mcq_task",  # clinical_mcq (CRPO)
     "grpokit.families.vision_lm.tasks",  # vision_qa, video_qa
+    "grpokit.data.safety_task",  # safety_prompts
     "grpokit.editing.task",  # counterfactual_edits
     "grpokit.families.masked_diffusion.tasks",  # mdm_reverse, mdm_sort, mdm_add, mdm_countdown
     "grpokit.families.palette.images",  # palette_classes (Co-GRPO)

@@ -1,7 +1,9 @@
 """``grpokit rm train``: train a regression or pairwise reward model from a data file.
 
-Also builds a small synthetic labelled set (``make_synthetic_rm_data``) whose aspect scores are
-word counts, so a working reward model must reach held-out Pearson r close to 1.
+``--data generated:NAME`` trains on a generated set (``GENERATED``): ``safety_aspects``, responses to
+benign and harmful requests labelled over helpfulness / harmlessness / format
+(:mod:`grpokit.data.safety_task`), or ``word_counts`` (``make_synthetic_rm_data``), whose aspect
+scores are word counts, so a working reward model must reach held-out Pearson r close to 1.
 """
 
 from __future__ import annotations
@@ -65,11 +67,39 @@ def make_synthetic_rm_data(n: int, seed: int, kind: str = "regression") -> list[
     return rows
 
 
+def _safety_aspects(n: int, seed: int) -> list[dict]:
+    from grpokit.data.safety_task import make_aspect_rm_data
+
+    return make_aspect_rm_data(n, seed)
+
+
+# --data generated:NAME -> rows(n, seed)
+GENERATED = {
+    "safety_aspects": _safety_aspects,  # helpfulness / harmlessness / format of responses to benign and harmful requests
+    "word_counts": make_synthetic_rm_data,  # politeness / safety / actionability = word counts
+}
+
+
+def read_rows(data: str, n: int, seed: int) -> list[dict]:
+    """Rows of a data file, or ``n`` rows of the generated set ``generated:NAME`` drawn with ``seed``."""
+    from grpokit.data.files import _read_any
+
+    if not data.startswith("generated:"):
+        return _read_any(Path(data), None)
+    name = data.split(":", 1)[1]
+    if name not in GENERATED:
+        raise ValueError(f"--data {data}: no such generated set; use one of {', '.join('generated:' + k for k in GENERATED)}")
+    return GENERATED[name](n, seed)
+
+
 def build_rm_train_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="grpokit rm train", description="train a reward model")
     p.add_argument("--kind", required=True, choices=("regression", "pairwise"),
                    help="regression: one MSE head per aspect; pairwise: Bradley–Terry on chosen/rejected")
-    p.add_argument("--data", required=True, help="rows: .jsonl, .json, .csv, .parquet or a save_to_disk folder")
+    p.add_argument("--data", required=True, help="rows: .jsonl, .json, .csv, .parquet, a save_to_disk folder, or a "
+                   f"generated set: {', '.join('generated:' + k for k in GENERATED)}")
+    p.add_argument("--rows", type=int, default=600, help="rows of a generated set (--data generated:NAME)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     p.add_argument("--out", required=True, help="folder to write the reward model to")
     p.add_argument("--text-column", default="response", help="regression: column with the scored text")
     p.add_argument("--aspects", help="regression: comma-separated numeric label columns, e.g. safety,politeness")
@@ -89,14 +119,13 @@ def build_rm_train_parser() -> argparse.ArgumentParser:
 
 
 def _train(args: argparse.Namespace) -> dict[str, float]:
-    from grpokit.data.files import _read_any
     from grpokit.rewards.reward_model import DEFAULT_BACKBONE, train_pairwise_rm, train_regression_rm
 
-    rows = _read_any(Path(args.data), None)
+    rows = read_rows(args.data, args.rows, args.seed)
     prompt_column = None if args.prompt_column in (None, "none") else args.prompt_column
     common = dict(backbone=args.backbone or DEFAULT_BACKBONE, epochs=args.epochs, lr=args.lr,
                   batch_size=args.batch_size, seed=args.seed, heldout_fraction=args.heldout_fraction,
-                  max_length=args.max_length, freeze_backbone=args.freeze_backbone, progress=True)
+                  max_length=args.max_length, freeze_backbone=args.freeze_backbone, progress=not args.quiet)
     if args.kind == "regression":
         aspects = [a.strip() for a in (args.aspects or "").split(",") if a.strip()]
         if not aspects:
@@ -118,6 +147,8 @@ def rm_train_main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:  # user mistakes: one line, exit 2
         print(f"grpokit: error: {exc}", file=sys.stderr)
         return 2
+    if args.quiet:
+        return 0
     from rich.console import Console
     from rich.table import Table
 

