@@ -91,3 +91,34 @@ def test_crpo_preset_rewards_on_generated_rows():
     # the third answer discusses 2 of 4 options: r_comp 1 -> 0.5 with weight 1, and a shorter text
     lang = scores.per_reward["crpo_language"].tolist()
     assert total[0] - total[2] == pytest.approx(0.5 + 0.5 * (lang[0] - lang[2]), abs=1e-5)
+
+
+def test_worked_trace_scores_the_crpo_maximum():
+    from grpokit.data.demonstrations import demonstration_splits
+
+    cfg = load_config(preset="crpo_sft")
+    splits = demonstration_splits(cfg.data, clinical_mcq(seed=0, n_train=20, n_heldout=5))
+    rows = splits.train + splits.heldout
+    rewards = build_rewards(load_config(preset="crpo").rewards)
+    cols = {k: [r[k] for r in rows] for k in ("answer", "options")}
+    scores = score_completions(rewards, [r["prompt"] for r in rows], [r["completion"] for r in rows], cols)
+    # 10·1 (accuracy) + 1·1.5 (format with a summary) + 0.5·1 (ASCII) + 1·1 (faithful) + 1·1 (all 4 options) = 14
+    assert scores.total.tolist() == pytest.approx([14.0] * len(rows))
+    with pytest.raises(ValueError, match="no 'why' column"):
+        from grpokit.data.mcq_task import clinical_mcq_trace
+
+        clinical_mcq_trace({"answer": "A", "options": ["1 mg"] * 4, "working": "x"})
+
+
+def test_crpo_sft_preset_trains_two_steps_on_the_traces(tmp_path):
+    import json
+
+    from grpokit.cli import main
+    from grpokit.testing import save_tiny_model
+
+    sets = ["logging.progress=false", "model.lora.target_modules=[q_proj, v_proj]", f"model.name={save_tiny_model(tmp_path / 'm')}",
+            f"logging.output_dir={tmp_path / 'run'}", "train.steps=2", "data.n_train=16", "data.n_heldout=4",
+            "offline.max_completion_tokens=32"]
+    assert main(["train", "--preset", "crpo_sft", *[a for s in sets for a in ("--set", s)]]) == 0
+    steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in steps] == [1, 2] and all(r["loss"] > 0 for r in steps)

@@ -19,7 +19,9 @@ Question kinds (``kinds`` option; the row's ``domain``):
 
 Rows: ``prompt`` (question, the options as ``A. …`` lines and the CRPO response format),
 ``answer`` (the gold letter), ``options`` (the four option texts in letter order, as the CRPO
-rewards read them), ``value`` (the correct option's text), ``domain`` (the kind), ``task``.
+rewards read them), ``value`` (the correct option's text), ``working`` (its calculation), ``why``
+(per option: "matches the calculation" or the error behind it), ``domain`` (the kind), ``task``.
+Demonstration writer ``clinical_mcq_trace`` (preset ``crpo_sft``) turns a row into a worked answer.
 The letter of the correct option is uniform over A–D (seeded shuffle).
 """
 
@@ -29,6 +31,7 @@ import random
 import string
 from typing import Callable
 
+from grpokit.data.demonstrations import DEMONSTRATIONS
 from grpokit.data.tasks import TASKS, TaskSplits, _sample_splits
 
 LETTERS = string.ascii_uppercase[:4]
@@ -43,48 +46,59 @@ FORMAT = (
     "\\boxed{}, e.g. <answer>The dose is 5 mL, so \\boxed{B}.</answer>"
 )
 PROMPT = "{question}\n{options}\n{format}"
-# A question kind: rng -> (question, unit, correct value, [distractor values from error models]).
-Kind = Callable[[random.Random], tuple[str, str, float, list[float]]]
+# A question kind: rng -> (question, unit, correct value, its working, [(distractor value, the error behind it)]).
+Drawn = tuple[str, str, float, str, list[tuple[float, str]]]
+Kind = Callable[[random.Random], Drawn]
 
 
-def _weight_dose(rng: random.Random) -> tuple[str, str, float, list[float]]:
+def _weight_dose(rng: random.Random) -> Drawn:
     weight, per_kg = rng.randint(8, 95), rng.choice((2, 2.5, 4, 5, 7.5, 10, 12, 15, 20, 25))
     question = (f"A patient weighing {weight} kg is prescribed {rng.choice(DRUGS)} {per_kg:g} mg/kg "
                 "as a single dose. What total dose should be given?")
     dose = weight * per_kg
-    # decimal slip ×10 and ÷10, kg read as lb (÷2.2), dose added to the weight
-    return question, "mg", dose, [dose * 10, dose / 10, round(weight / 2.2) * per_kg, weight + per_kg]
+    working = f"The dose is {weight} kg x {per_kg:g} mg/kg = {dose:g} mg."
+    return question, "mg", dose, working, [(dose * 10, "is ten times too much (a decimal slip)"),
+                                           (dose / 10, "is ten times too little (a decimal slip)"),
+                                           (round(weight / 2.2) * per_kg, "reads the weight as pounds"),
+                                           (weight + per_kg, "adds the dose to the weight instead of multiplying")]
 
 
-def _tablets(rng: random.Random) -> tuple[str, str, float, list[float]]:
+def _tablets(rng: random.Random) -> Drawn:
     strength = rng.choice((5, 10, 20, 25, 50, 100, 125, 200, 250, 500))
     n = rng.choice((0.5, 1.5, 2, 2.5, 3, 4))
     dose = strength * n
     question = (f"The order is {rng.choice(DRUGS)} {dose:g} mg by mouth. Tablets contain {strength} mg each. "
                 "How many tablets should be given?")
-    # inverted ratio, one tablet short / over, a doubled dose
-    return question, "tablets", n, [strength / dose, n - 1, n + 1, n * 2]
+    working = f"The tablets are {dose:g} mg / {strength} mg = {n:g}."
+    return question, "tablets", n, working, [(strength / dose, "divides the tablet strength by the dose (inverted)"),
+                                             (n - 1, "is one tablet short"), (n + 1, "is one tablet too many"),
+                                             (n * 2, "doubles the dose")]
 
 
-def _liquid(rng: random.Random) -> tuple[str, str, float, list[float]]:
+def _liquid(rng: random.Random) -> Drawn:
     per_volume = rng.choice((2, 4, 5, 10))
     conc = rng.choice((20, 25, 40, 50, 100, 125, 200, 250))
     dose = conc * rng.choice((0.5, 1.5, 2, 2.5, 3, 4, 6))
     volume = dose / conc * per_volume
     question = (f"The order is {rng.choice(DRUGS)} {dose:g} mg. The vial contains {conc} mg in {per_volume} mL. "
                 "How many mL should be drawn up?")
-    # the per-V-mL factor dropped, the ratio inverted, the volume multiplied instead of divided, a decimal slip
-    return question, "mL", volume, [dose / conc, conc / dose * per_volume, dose * per_volume / 100, volume * 10]
+    working = f"The volume is {dose:g} mg / {conc} mg x {per_volume} mL = {round(volume, 2):g} mL."
+    return question, "mL", volume, working, [(dose / conc, f"forgets the {per_volume} mL per vial"),
+                                             (conc / dose * per_volume, "inverts the ratio"),
+                                             (dose * per_volume / 100, "multiplies by the volume and drops the strength"),
+                                             (volume * 10, "is ten times too much (a decimal slip)")]
 
 
-def _infusion(rng: random.Random) -> tuple[str, str, float, list[float]]:
+def _infusion(rng: random.Random) -> Drawn:
     hours = rng.choice((2, 4, 6, 8, 10, 12, 24))
     rate = rng.choice((25, 40, 50, 75, 80, 100, 125, 150, 200))
     volume = rate * hours
     question = (f"{volume} mL of {rng.choice(FLUIDS)} is to be infused over {hours} hours. "
                 "At what rate should the pump be set, in mL/h?")
-    # per minute instead of per hour, volume × time, half / double the time
-    return question, "mL/h", rate, [round(volume / (hours * 60), 1), volume * hours / 100, rate * 2, rate / 2]
+    working = f"The rate is {volume} mL / {hours} h = {rate} mL/h."
+    return question, "mL/h", rate, working, [(round(volume / (hours * 60), 1), "is a rate per minute, not per hour"),
+                                             (volume * hours / 100, "multiplies the volume by the time"),
+                                             (rate * 2, "halves the time"), (rate / 2, "doubles the time")]
 
 
 KINDS: dict[str, Kind] = {"weight_dose": _weight_dose, "tablets": _tablets, "liquid": _liquid,
@@ -97,21 +111,23 @@ def _fmt(value: float, unit: str) -> str:
     return f"{value:g} {'tablet' if unit == 'tablets' and value == 1 else unit}"
 
 
-def _options(rng: random.Random, unit: str, correct: float, errors: list[float]) -> tuple[list[str], int]:
-    """Four distinct option texts (the correct one and three error-model distractors) and the correct index.
+def _options(rng: random.Random, unit: str, correct: float,
+             errors: list[tuple[float, str]]) -> tuple[list[str], list[str], int]:
+    """Four distinct option texts (the correct one and three error-model distractors), why each is right or wrong,
+    and the correct index.
 
     Distractors equal to the correct text, non-positive or repeated are dropped; the first three
     left are kept (each kind supplies four, and ±25 % fill in should a draw leave fewer).
     """
     right = _fmt(correct, unit)
-    texts: list[str] = []
-    for value in errors + [correct * 1.25, correct * 0.75]:
+    why = {right: "matches the calculation"}
+    for value, reason in errors + [(correct * 1.25, "is 25 % too much"), (correct * 0.75, "is 25 % too little")]:
         text = _fmt(value, unit)
-        if value > 0 and text != right and text not in texts:
-            texts.append(text)
-    texts = texts[:3] + [right]
+        if value > 0 and text not in why and len(why) < 4:
+            why[text] = reason
+    texts = list(why)
     rng.shuffle(texts)
-    return texts, texts.index(right)
+    return texts, [why[t] for t in texts], texts.index(right)
 
 
 @TASKS.register("clinical_mcq")
@@ -138,11 +154,31 @@ def clinical_mcq(
 
     def draw(rng: random.Random) -> dict:
         kind = rng.choice(names)
-        question, unit, correct, errors = KINDS[kind](rng)
-        texts, right = _options(rng, unit, correct, errors)
+        question, unit, correct, working, errors = KINDS[kind](rng)
+        texts, why, right = _options(rng, unit, correct, errors)
         lines = "\n".join(f"{letter}. {text}" for letter, text in zip(LETTERS, texts))
         return {"prompt": template.format(question=question, options=lines, format=response_format),
-                "answer": LETTERS[right], "options": texts, "value": texts[right], "domain": kind,
-                "task": "clinical_mcq"}
+                "answer": LETTERS[right], "options": texts, "value": texts[right], "working": working,
+                "why": why, "domain": kind, "task": "clinical_mcq"}
 
     return _sample_splits("clinical_mcq", seed, n_train, n_heldout, draw, enlarge="kinds")
+
+
+@DEMONSTRATIONS.register("clinical_mcq_trace")
+def clinical_mcq_trace(row: dict) -> str:
+    """The worked answer of a ``clinical_mcq`` row: the calculation, why each option is right or wrong, the boxed letter.
+
+    ``<think>`` holds the row's ``working`` and one sentence per option (its ``why``: the error
+    behind a distractor), then "So the answer is X."; ``<answer>`` a summary and ``\\boxed{X}``.
+    It scores the CRPO maximum (accuracy 1, format 1.5, faithfulness 1, every option discussed):
+    the stand-in for the paper's distillation SFT before CRPO (Clinical-R1 starts from traces of
+    a stronger model; here they are written from the generator's own arithmetic).
+    """
+    try:
+        gold, options, why, working = row["answer"], row["options"], row["why"], row["working"]
+    except KeyError as exc:
+        raise ValueError(f"it has no {exc} column (rows of task clinical_mcq have one)") from None
+    checks = " ".join(f"Option {letter} ({text}) {reason}." for letter, text, reason in zip(LETTERS, options, why))
+    value = options[LETTERS.index(gold)]
+    return (f"<think>{working} {checks} So the answer is {gold}.</think>\n"
+            f"<answer>The answer is {value}, so \\boxed{{{gold}}}.</answer>")
