@@ -42,6 +42,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "grpokit.families.flow_matching.rewards",  # image rewards of flow policies
     # tasks
     "grpokit.data.sql_task",  # text_to_sql
+    "grpokit.data.ts_sql",  # ts_sql (TS-SQL-style plan-then-SQL records)
     "grpokit.data.mcq_task",  # clinical_mcq (CRPO)
     "grpokit.families.vision_lm.tasks",  # vision_qa, video_qa
     "grpokit.data.safety_task",  # safety_prompts

@@ -77,7 +77,10 @@ def use_test_reward_model(cfg, reward_model_dir):
             r.kwargs["model_path"] = reward_model_dir
 
 
-ONLINE = [p for p in preset_names() if read_preset(p).get("stage", "grpo") == "grpo"]  # offline ones: tests/trainer/test_offline_stage.py
+# ts_sql: a random tiny model never writes its plan delimiter ("```sql"), which the span stage refuses at step 1;
+# tests/data/test_ts_sql.py trains it 2 steps from a tiny model taught to write a plan and a query block
+OWN_TINY_RUN = {"ts_sql"}
+ONLINE = [p for p in preset_names() if read_preset(p).get("stage", "grpo") == "grpo" and p not in OWN_TINY_RUN]  # offline ones: tests/trainer/test_offline_stage.py
 
 
 @pytest.mark.parametrize("preset", ONLINE)
