@@ -25,6 +25,7 @@ SAFETY_RM_ARGS = ("--kind", "regression", "--data", "generated:safety_aspects", 
                   "--aspects", "helpfulness,harmlessness,format", "--prompt-column", "prompt", "--freeze-backbone",
                   "--epochs", "200", "--lr", "3e-3", "--max-length", "64", "--seed", "0")
 BUILT_RMS = {SAFETY_RM: SAFETY_RM_ARGS}
+_LOGGED: set[Path] = set()  # folders whose fingerprint was logged (once per process, not per reward call)
 
 
 def built_rm_folder(name: str) -> Path:
@@ -45,7 +46,9 @@ def resolve_rm_path(model_path: str | os.PathLike[str]) -> Path:
     folder = built_rm_folder(name)
     if not (folder / CONFIG_FILE).is_file():
         pinned_build("grpokit.rewards.rm_builtin:build_rm", folder, name=name)
-    log_fingerprint(folder, name)
+    if folder not in _LOGGED:
+        log_fingerprint(folder, name)
+        _LOGGED.add(folder)
     return folder
 
 
