@@ -46,6 +46,9 @@ def test_heldout_topics_are_never_in_training():
     assert {r["answer"] for r in splits.train} == {"comply", "refuse"}
     with pytest.raises(ValueError, match="harmful_fraction"):
         safety_prompts(seed=0, n_train=1, n_heldout=1, harmful_fraction=1.5)
+    with pytest.raises(ValueError, match="heldout has 40 distinct requests, asked for 41; lower data.n_heldout"):
+        safety_prompts(seed=0, n_train=1, n_heldout=41)  # 4 held-out topics x 10 phrasings
+    assert len(safety_prompts(seed=0, n_train=140, n_heldout=40).train) == 140  # 14 topics x 10 phrasings
 
 
 def test_safety_rule_values():

@@ -168,6 +168,12 @@ def safety_prompts(seed: int, n_train: int, n_heldout: int, *, harmful_fraction:
     """
     if not 0.0 <= harmful_fraction <= 1.0:
         raise ValueError(f"task 'safety_prompts': option 'harmful_fraction' must be in [0, 1], got {harmful_fraction}")
+    for n, split in ((n_train, "train"), (n_heldout, "heldout")):
+        benign, harmful = _topics(split)
+        pool = len(PHRASINGS) * ((len(benign) if harmful_fraction < 1 else 0) + (len(harmful) if harmful_fraction > 0 else 0))
+        if n > pool:
+            raise ValueError(f"task 'safety_prompts': {split} has {pool} distinct requests, asked for {n}; "
+                             f"lower data.{'n_train' if split == 'train' else 'n_heldout'}")
 
     def drawer(split: str):
         benign, harmful = _topics(split)
