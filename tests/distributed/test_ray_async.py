@@ -94,6 +94,7 @@ def test_staleness_1_trains_and_toploc_rejects_only_the_tampered_worker(model_di
     cfg = make_cfg(model_dir, tmp_path / "run", **{
         "distributed.staleness": 1, "distributed.queue_size": 2, "distributed.verify_rollouts": "true",
         "distributed.tamper_worker": 1,
+        "distributed.toploc_block": 2,  # the tiny model: a one-token edit hides in a 32-token block (tests/distributed/test_toploc.py)
     })
     trainer = AsyncTrainer(cfg)
     try:

@@ -39,7 +39,7 @@ from grpokit.config.schema import Config
 from grpokit.distributed import require_ray
 from grpokit.distributed.ledger import Request, RequestLedger
 from grpokit.distributed.shardcast import MiB, build_manifest, load_into, trainable_state
-from grpokit.distributed.toploc import check_commitment, prefill_hidden
+from grpokit.distributed.toploc import ToplocSpec, check_commitment, prefill_hidden
 from grpokit.trainer import checkpoint as ckpt_io
 from grpokit.trainer.collect import score_batch
 from grpokit.trainer.loop import Trainer
@@ -65,6 +65,7 @@ class AsyncTrainer(Trainer):
     def __init__(self, cfg: Config, model: Optional[torch.nn.Module] = None, tokenizer: Any = None) -> None:
         require_ray()
         self.checked = checked_workers(cfg)
+        self.toploc = ToplocSpec.from_config(cfg.distributed)
         super().__init__(cfg, model, tokenizer)
         from grpokit.distributed.pool import WorkerPool
 
@@ -130,13 +131,13 @@ class AsyncTrainer(Trainer):
             load_into(self._verifier, self.versions[version], hasattr(self.model, "peft_config"))
             model = self._verifier
         hidden = prefill_hidden(model, batch)
-        ok, info = check_commitment(result["commitment"], hidden, batch.prompt_ids.shape[1], self.cfg.distributed.toploc_tolerance)
+        ok, info = check_commitment(result["commitment"], hidden, batch, self.toploc)
         self.counts["checked"] += 1
         self.per_worker[worker]["checked"] += 1
         if not ok:
             self.counts["rejected"] += 1
             self.per_worker[worker]["rejected"] += 1
-            log.warning("TOPLOC: batch of worker %d rejected (max relative error %.3g)", worker, info["max_rel_err"])
+            log.warning("TOPLOC: batch of worker %d rejected (%s)", worker, ", ".join(f"{k} {v:.3g}" for k, v in info.items()))
         return ok
 
     def _next_accepted(self) -> tuple[Request, dict[str, Any]]:

@@ -1,19 +1,31 @@
-"""TOPLOC-style verification of rollouts produced by untrusted workers.
+"""TOPLOC verification of rollouts produced by untrusted workers.
 
-TOPLOC (arXiv 2501.16007), as used by INTELLECT-2 (arXiv 2505.07291, §2, Training
-Infrastructure): while generating, a worker commits to the top-k entries (by magnitude) of the
-final hidden state of its generated tokens; a validator re-runs one prefill over prompt +
-completion with the claimed weights and accepts only if its own activations reproduce the
-commitment. A worker that changes tokens after generating, or samples with other weights, cannot
-produce a commitment that verifies.
+TOPLOC (Ong et al., "TOPLOC: A Locality Sensitive Hashing Scheme for Trustless Verifiable
+Inference", arXiv 2501.16007), as used by INTELLECT-2 (Prime Intellect Team, arXiv 2505.07291,
+§2, Training Infrastructure): while generating, a worker commits to the top-k entries (by
+magnitude) of the final hidden states of its generated tokens; a validator re-runs one prefill
+over prompt + completion with the claimed weights and accepts only if its own activations
+reproduce the commitment. A worker that changes tokens after generating, or samples with other
+weights, cannot produce a commitment that verifies.
 
-Simplifications, each said once: the commitment stores the (index, float32 value) pairs
-themselves instead of TOPLOC's polynomial encoding of bf16 values (a few KiB per batch here);
-positions are every ``toploc_every``-th completion token plus each row's last real token
-instead of every 32-token block; the check is a relative-error bound ``toploc_tolerance`` on
-each committed value plus "the committed indices are a top-k of the recomputed state" instead
-of exponent/mantissa statistics. Honest fp32 values differ by ~1e-6 relative between the
-worker's KV-cached decode and the validator's single full forward, tampered ones by O(1).
+Two schemes (``distributed.toploc_scheme``):
+
+* ``poly`` (default), the paper's: per row, the states of every block of ``toploc_block`` = 32
+  generated tokens are flattened, their top-``toploc_topk`` = 128 bf16 values encoded as a
+  polynomial over GF(65497) (258 bytes per block), and checked by bf16 exponent mismatches and
+  mantissa error mean / median under the authors' thresholds (38 of 128, 10, 8), see
+  :mod:`grpokit.distributed.toploc_poly`.
+* ``values``, stricter and simpler: the (index, float32 value) pairs of every
+  ``toploc_every``-th position (and the last), accepted under a relative error
+  ``toploc_tolerance`` and a top-k membership check. On fp32 CPU runs honest values differ by
+  ~1e-6 relative between the worker's KV-cached decode and the validator's full forward, so this
+  also catches weight changes too small to move bf16 mantissas.
+
+Still simplified against the paper: the learner is the validator (no separate validator nodes);
+the prompt's own states ("prefill" proof) are not committed (the generated tokens' states depend
+on the prompt through attention); the state of the last generated token's
+successor does not exist, so an edit of a row's last token is not covered by either scheme (as in
+TOPLOC). The sampling temperature is not covered: hidden states are computed before sampling.
 
 Hidden state h_t (the one whose logits sample completion token t) is the last entry of
 ``output_hidden_states`` (after the final norm) at sequence index ``P + t - 1`` of
@@ -29,14 +41,52 @@ from typing import Any, Iterator
 
 import torch
 
+from grpokit.distributed.toploc_poly import PAPER_THRESHOLDS, Thresholds, check_block, commit_blocks
 from grpokit.rollout.types import RolloutBatch
 
 log = logging.getLogger(__name__)
+SCHEMES = ("poly", "values")
+
+
+@dataclass(frozen=True)
+class ToplocSpec:
+    """What a worker commits and what the validator accepts (``distributed.toploc_*``).
+
+    The validator uses its own spec, never one a worker claims.
+    """
+
+    scheme: str = "poly"
+    topk: int = 128
+    block: int = 32
+    every: int = 8
+    tolerance: float = 1e-3
+    thresholds: Thresholds = PAPER_THRESHOLDS
+
+    @staticmethod
+    def from_config(d: Any) -> "ToplocSpec":
+        if d.toploc_scheme not in SCHEMES:
+            raise ValueError(f"distributed.toploc_scheme '{d.toploc_scheme}': choose one of {list(SCHEMES)}")
+        return ToplocSpec(d.toploc_scheme, d.toploc_topk, d.toploc_block, d.toploc_every, d.toploc_tolerance,
+                          Thresholds(d.toploc_exp_mismatch, d.toploc_mant_mean, d.toploc_mant_median))
 
 
 @dataclass
 class Commitment:
-    """Per row, the committed positions and their top-k hidden-state entries.
+    """The paper's commitment: per row, the proof bytes of each block of generated tokens.
+
+    proofs[r][j]: 2-byte modulus + k 2-byte coefficients for tokens [j * block, (j + 1) * block)
+    of row r (:func:`grpokit.distributed.toploc_poly.commit_blocks`).
+    """
+
+    proofs: list[list[bytes]]
+
+    def nbytes(self) -> int:
+        return sum(len(p) for row in self.proofs for p in row)
+
+
+@dataclass
+class ValueCommitment:
+    """Scheme ``values``: per row, the committed positions and their top-k hidden-state entries.
 
     positions: [B, M] completion positions t (-1 = padding; rows have different lengths)
     indices:   [B, M, k] hidden-dimension indices of the k largest |h_t|
@@ -62,8 +112,21 @@ def topk_entries(hidden: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
     return idx, hidden.gather(-1, idx)
 
 
-def build_commitment(hidden_at: Any, lengths: list[int], k: int, every: int) -> Commitment:
-    """Commit rows of ``lengths`` real tokens; ``hidden_at(row, t)`` is h_t, a [d] tensor."""
+def build_poly_commitment(hidden_at: Any, lengths: list[int], k: int, block: int) -> Commitment:
+    """The paper's commitment of rows of ``lengths`` real tokens; ``hidden_at(row, t)`` is h_t, a [d] tensor."""
+    blocks, owner = [], []
+    for r, n in enumerate(lengths):
+        for s in range(0, n, block):
+            blocks.append(torch.stack([hidden_at(r, t) for t in range(s, min(s + block, n))]))  # [<=block, d]
+            owner.append(r)
+    proofs: list[list[bytes]] = [[] for _ in lengths]
+    for r, proof in zip(owner, commit_blocks(blocks, k)):
+        proofs[r].append(proof)
+    return Commitment(proofs)
+
+
+def build_commitment(hidden_at: Any, lengths: list[int], k: int, every: int) -> ValueCommitment:
+    """Scheme ``values``: commit rows of ``lengths`` real tokens; ``hidden_at(row, t)`` is h_t, a [d] tensor."""
     per_row = [commit_positions(n, every) for n in lengths]
     m = max((len(p) for p in per_row), default=0)
     b = len(lengths)
@@ -78,7 +141,7 @@ def build_commitment(hidden_at: Any, lengths: list[int], k: int, every: int) -> 
         positions[r, : len(pos)] = torch.tensor(pos, device=cpu)
         indices[r, : len(pos), : idx.shape[1]] = idx
         values[r, : len(pos), : idx.shape[1]] = val
-    return Commitment(positions, indices, values)
+    return ValueCommitment(positions, indices, values)
 
 
 def final_norm(model: torch.nn.Module) -> torch.nn.Module:
@@ -153,8 +216,8 @@ def prefill_hidden(model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
 
 
 def commit_batch(batch: RolloutBatch, captured: list[torch.Tensor] | None, model: torch.nn.Module,
-                 group_size: int, k: int, every: int) -> Commitment:
-    """The worker's commitment for ``batch`` from its recorded decode states.
+                 group_size: int, spec: ToplocSpec) -> Commitment | ValueCommitment:
+    """The worker's commitment for ``batch`` from its recorded decode states, in ``spec.scheme``.
 
     Falls back to a prefill forward (logged) when the recorded calls do not match the decode
     layout, e.g. after a change of the generation backend.
@@ -167,11 +230,56 @@ def commit_batch(batch: RolloutBatch, captured: list[torch.Tensor] | None, model
         log.warning("TOPLOC: %s; committing from a prefill forward instead", exc)
         hidden = prefill_hidden(model, batch)
         hidden_at = lambda r, t: hidden[r, p + t - 1]  # noqa: E731
-    return build_commitment(hidden_at, lengths, k, every)
+    if spec.scheme == "poly":
+        return build_poly_commitment(hidden_at, lengths, spec.topk, spec.block)
+    return build_commitment(hidden_at, lengths, spec.topk, spec.every)
 
 
-def check_commitment(commitment: Commitment, hidden: torch.Tensor, prompt_width: int, tolerance: float) -> tuple[bool, dict[str, float]]:
-    """Does ``hidden`` ``[B, P + T, d]`` (the validator's prefill) reproduce ``commitment``?
+def check_commitment(commitment: Any, hidden: torch.Tensor, batch: RolloutBatch, spec: ToplocSpec) -> tuple[bool, dict[str, float]]:
+    """Does ``hidden`` ``[B, P + T, d]`` (the validator's prefill of ``batch``) reproduce ``commitment``?
+
+    A commitment of another scheme than the validator's is refused.
+    """
+    if spec.scheme == "poly":
+        if not isinstance(commitment, Commitment):
+            return False, {"failed_blocks": float("inf")}
+        lengths = [int(n) for n in batch.completion_mask.sum(-1)]
+        return check_poly(commitment, hidden, batch.prompt_ids.shape[1], lengths, spec)
+    if not isinstance(commitment, ValueCommitment):
+        return False, {"failed_positions": float("inf"), "max_rel_err": float("inf")}
+    return check_values(commitment, hidden, batch.prompt_ids.shape[1], spec.tolerance)
+
+
+def check_poly(commitment: Commitment, hidden: torch.Tensor, prompt_width: int, lengths: list[int],
+               spec: ToplocSpec) -> tuple[bool, dict[str, float]]:
+    """Scheme ``poly``: every block of every row passes the exponent / mantissa thresholds.
+
+    The validator's blocks come from its own view of the batch (``lengths`` = real completion
+    tokens per row); a row with another number of proofs than blocks fails. Returns (accepted,
+    {"blocks", "failed_blocks", "exp_mismatch_max", "mant_err_mean_max", "mant_err_median_max"}).
+    """
+    stats = {"blocks": 0.0, "failed_blocks": 0.0, "exp_mismatch_max": 0.0, "mant_err_mean_max": 0.0, "mant_err_median_max": 0.0}
+    if len(commitment.proofs) != len(lengths):
+        stats["failed_blocks"] = float(len(lengths))
+        return False, stats
+    for r, n in enumerate(lengths):
+        starts = range(0, n, spec.block)
+        if len(commitment.proofs[r]) != len(starts):
+            stats["failed_blocks"] += 1
+            continue
+        for s, proof in zip(starts, commitment.proofs[r]):
+            e = min(s + spec.block, n)
+            res = check_block(proof, hidden[r, prompt_width + s - 1 : prompt_width + e - 1], spec.topk)  # h_s .. h_{e-1}
+            stats["blocks"] += 1
+            stats["failed_blocks"] += float(not res.passes(spec.thresholds))
+            stats["exp_mismatch_max"] = max(stats["exp_mismatch_max"], res.exp_mismatches / res.k)
+            stats["mant_err_mean_max"] = max(stats["mant_err_mean_max"], res.mant_err_mean)
+            stats["mant_err_median_max"] = max(stats["mant_err_median_max"], res.mant_err_median)
+    return stats["failed_blocks"] == 0, stats
+
+
+def check_values(commitment: ValueCommitment, hidden: torch.Tensor, prompt_width: int, tolerance: float) -> tuple[bool, dict[str, float]]:
+    """Scheme ``values``: does ``hidden`` ``[B, P + T, d]`` reproduce ``commitment``?
 
     Per committed (row, t): every committed value has relative error <= ``tolerance`` against
     h_t at its index, the k indices are distinct, and they are a top-k of |h_t| up to ties

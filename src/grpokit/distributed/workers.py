@@ -23,7 +23,7 @@ import torch
 
 from grpokit.config.schema import Config
 from grpokit.distributed.shardcast import Manifest, WeightReceiver
-from grpokit.distributed.toploc import commit_batch, record_final_hidden, tamper_completions
+from grpokit.distributed.toploc import ToplocSpec, commit_batch, record_final_hidden, tamper_completions
 from grpokit.rollout.types import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class RolloutWorker:
         self.commit = commit
         self.tamper = cfg.distributed.tamper_worker == worker_id
         d, r = cfg.distributed, cfg.rollout
-        self.topk, self.every = d.toploc_topk, d.toploc_every
+        self.toploc = ToplocSpec.from_config(d)
         self.group_size = r.group_size
         self.params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, min_new_tokens=r.min_new_tokens)
 
@@ -98,7 +98,7 @@ class RolloutWorker:
             batch = self.backend.generate(request["texts"], request["rows"], self.group_size, self.params)
         rng_state = torch.get_rng_state()
         commitment = (
-            commit_batch(batch, captured, self.model, self.group_size, self.topk, self.every) if self.commit else None
+            commit_batch(batch, captured, self.model, self.group_size, self.toploc) if self.commit else None
         )
         if self.tamper:
             batch = tamper_completions(batch, self.tokenizer, self.backend.eos_ids)
