@@ -83,6 +83,7 @@ class DataConfig:
     offline_filter_samples: int = opt(
         0, "INTELLECT-2 offline filter: sample k completions per training prompt with the initial policy and drop prompts solved by all or none (0 = off)", ge=0
     )
+    length_targets: list = opt([], "INTELLECT-2 length control: each row draws a target length L* from this list (seeded by data.seed and the row), its prompt ends with ' Think for L* tokens before giving a response.' and its target_length column feeds the length_target reward ([] = off)")
 
 
 @dataclass

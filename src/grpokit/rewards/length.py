@@ -45,18 +45,29 @@ def length_target(
     target: Optional[int] = None,
     coef: float = 3e-4,
     tokenizer: Optional[str] = None,
+    unit: str = "characters",
+    completion_ids: Optional[Sequence] = None,
     **kwargs: Any,
 ) -> list[Optional[float]]:
     """INTELLECT-2 length penalty −coef·|L* − L| (arXiv 2505.07291); add it to the task reward.
 
-    L* is the row's ``target_length`` column, else the ``target`` option; None for a row with
-    neither. L counts tokens of ``tokenizer`` (a model name or folder, loaded once; use the
-    policy's), or characters when ``tokenizer`` is null.
+    L* is the row's ``target_length`` column (``data.length_targets`` writes it and states it in
+    the prompt), else the ``target`` option; None for a row with neither. L: ``unit: tokens``
+    counts the sampled completion tokens (the paper's, prime-rl ``len(output.token_ids)``);
+    ``unit: characters`` counts tokens of ``tokenizer`` (a model name or folder, loaded once) when
+    one is named, else characters.
     """
     if coef < 0:
         raise ValueError(f"reward 'length_target': coef must be >= 0, got {coef}")
+    if unit not in ("tokens", "characters"):
+        raise ValueError(f"reward 'length_target': unit '{unit}': choose tokens or characters")
     targets = list(target_length) if target_length is not None else [None] * len(completions)
-    lengths = completion_lengths(completions, tokenizer)
+    if unit == "tokens":
+        if completion_ids is None:
+            raise ValueError("reward 'length_target': unit tokens needs the sampled completion_ids; use unit: characters")
+        lengths = [len(ids) for ids in completion_ids]
+    else:
+        lengths = completion_lengths(completions, tokenizer)
     out: list[Optional[float]] = []
     for goal, n in zip(targets, lengths):
         goal = goal if goal is not None else target

@@ -25,6 +25,13 @@ def seed_everything(seed: int) -> None:
 
 
 def build_splits(cfg: DataConfig, dataset: Any = None, eval_dataset: Any = None) -> TaskSplits:
+    """Train and held-out rows (:func:`source_splits`), with their length targets when ``data.length_targets`` is set."""
+    from grpokit.data.length_control import apply_length_targets
+
+    return apply_length_targets(source_splits(cfg, dataset, eval_dataset), list(cfg.length_targets), cfg.seed)
+
+
+def source_splits(cfg: DataConfig, dataset: Any = None, eval_dataset: Any = None) -> TaskSplits:
     """Train and held-out rows from a Python dataset, a built-in task or user files.
 
     ``dataset`` / ``eval_dataset`` (the native API's ``Trainer(dataset=...)``): a
