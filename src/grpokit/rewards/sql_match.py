@@ -30,7 +30,7 @@ _MAX_PARSE_CHARS = 20_000
 _BARE = re.compile(r"[a-z_][a-z0-9_]*")
 
 
-def parse_sql(sql: str):
+def sqlglot_tree(sql: str):
     """The sqlglot tree of one SQLite statement, or None (a parse error, several statements, too long)."""
     import sqlglot
     from sqlglot import exp
@@ -61,7 +61,7 @@ def normalised_sql(sql: str) -> str | None:
     ``!=`` / ``<>`` are normalised away; anything else (aliases, operand order, the form of a
     condition) is kept, so two semantically equal queries can still differ.
     """
-    tree = parse_sql(sql)
+    tree = sqlglot_tree(sql)
     if tree is None:
         return None
     _bare_identifiers(tree)
@@ -134,7 +134,7 @@ def clause_items(sql: str, schema: dict[str, frozenset[str]] | None = None) -> d
     """
     from sqlglot import exp
 
-    tree = parse_sql(sql)
+    tree = sqlglot_tree(sql)
     if tree is None:
         return None
     _bare_identifiers(tree)
