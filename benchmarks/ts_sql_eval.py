@@ -18,6 +18,7 @@ stdout line is ``key=value`` pairs.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import tempfile
@@ -73,12 +74,16 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--batch-size", type=int, default=10)
     ap.add_argument("--dry-run", action="store_true", help="tiny random model, 4 prompts, 16 tokens")
+    ap.add_argument("--out", type=Path, default=None, help="also write the numbers to OUT/ts_sql_eval.json")
     args = ap.parse_args()
     if args.dry_run:
         from grpokit.testing import save_tiny_model
 
         args.model, args.n, args.max_new_tokens = save_tiny_model(tempfile.mkdtemp()), 4, 16
     result = evaluate(args.model, args.n, args.max_new_tokens, args.batch_size)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "ts_sql_eval.json").write_text(json.dumps({"model": args.model, **result}, indent=1))
     print(" ".join(f"{k}={v:.3f}" for k, v in result.items()))
 
 
