@@ -116,6 +116,8 @@ EXTRA = {  # presets whose mechanism needs more than one update to show
     "ttrl": ['data.task_options={operators: ["*"], digits: 2, nonnegative: true}'],
     "grpo": ["train.steps=2"],  # the KL to the reference is 0 until the policy has moved
     "sql": ["rollout.max_new_tokens=96"],  # room for a ```sql block
+    # room for the plan and a closed ```sql block (measured at step 1 with 160: format 0.25, plan_frac 0.15 of 16 samples)
+    "ts_sql": ["rollout.max_new_tokens=160"],
     # supervised presets: the third step's loss after two updates, against the same batch untrained
     "sft": ["train.steps=3"], "activevln_sft": ["train.steps=3"], "tool_use_sft": ["train.steps=3"],
     # the CoT traces are ~200 tokens after a schema prompt: 2 batches of 2 keep two runs of it to minutes
