@@ -88,3 +88,31 @@ def test_trainer_filters_before_training_on_the_tiny_model(tiny_dir, tmp_path):
     assert kept and set(kept) <= {q for q in full if "+" in q}
     assert trainer.sampler.rows is trainer.splits.train  # training draws only the kept prompts
     assert math.isfinite(trainer.train_step()["loss"])
+
+
+def test_a_separate_model_can_compute_the_solve_rates(tiny_dir, tmp_path, monkeypatch):
+    import grpokit.data.offline_filter as offline_filter
+
+    solver_dir = save_tiny_model(tmp_path / "solver", seed=3)
+    seen = []
+    real = offline_filter.offline_difficulty_filter
+
+    def spy(cfg, backend, rows, render, judge):
+        seen.append(backend)
+        return real(cfg, backend, rows, render, judge)
+
+    monkeypatch.setattr(offline_filter, "offline_difficulty_filter", spy)
+    overrides = [
+        f"model.name={tiny_dir}", f"logging.output_dir={tmp_path / 'run'}", "logging.progress=false",
+        "data.n_train=12", "data.n_heldout=2", "rollout.group_size=4", "rollout.prompts_per_step=2",
+        "rollout.max_new_tokens=4", "train.micro_batch_size=8", "eval.before=false", "eval.after=false",
+        "data.offline_filter_samples=6", f"rewards=[{{name: '{__file__}:prompt_keyed_reward'}}]",
+    ]
+    cfg = load_config(overrides=[*overrides, f"data.offline_filter_model={solver_dir}"])
+    trainer = Trainer(cfg)
+    assert len(seen) == 1 and seen[0] is not trainer.backend  # the solver's own backend, not the policy's
+    solver_w = seen[0].model.model.embed_tokens.weight
+    assert not torch.equal(solver_w, trainer.model.model.embed_tokens.weight)  # another model's weights (seed 3)
+    assert trainer.splits.train and {r["prompt"] for r in trainer.splits.train} <= {r["prompt"] for r in build_splits(cfg.data).train}
+    with pytest.raises(ValueError, match="data.offline_filter_model"):
+        Trainer(load_config(overrides=[*overrides, "data.offline_filter_model=/no/such/model"]))

@@ -180,3 +180,27 @@ def test_rollout_workers_run_environment_episodes(model_dir, tmp_path):
         trainer.close()
     assert all(m["env/turns"] > 1 for m in metrics) and batch.action_mask is not None
     assert bool((batch.completion_mask.bool() & ~batch.action_mask.bool()).any()) and batch.episodes
+
+
+def test_seeded_prompts_are_the_workers_draws_and_other_prompts_are_refused(model_dir, tmp_path):
+    from grpokit.distributed.ledger import Request
+    from grpokit.distributed.prompt_draw import draw_indices
+
+    cfg = make_cfg(model_dir, tmp_path / "run", **{"distributed.staleness": 1, "distributed.prompt_source": "seeded",
+                                                   "train.steps": 3})
+    trainer = AsyncTrainer(cfg)
+    try:
+        metrics = run_steps(trainer, 3)
+        assert all(m["async/wrong_prompts"] == 0 for m in metrics)  # honest workers: every batch is its draw
+        logged = trained_rows(tmp_path / "run")
+        assert {r["worker"] for r in logged} == {0, 1}  # both workers drew
+        for rec in logged:  # the learner's log = the draw of (seed, request, worker)
+            j = int(rec["prompt"].split(":")[1])
+            assert rec["row"] == draw_indices(0, rec["request"], rec["worker"], 2, 8)[j]
+        # a batch made with worker 0's prompts but returned as worker 1's is refused
+        req, result = trainer._taken[-1]
+        forged = {**result, "worker": 1 - result["worker"]}
+        assert not trainer._prompts_drawn(Request(req.id, req.rows, req.row_ids), forged)
+        assert trainer._prompts_drawn(req, result)
+    finally:
+        trainer.close()

@@ -83,6 +83,7 @@ class DataConfig:
     offline_filter_samples: int = opt(
         0, "INTELLECT-2 offline filter: sample k completions per training prompt with the initial policy and drop prompts solved by all or none (0 = off)", ge=0
     )
+    offline_filter_model: Optional[str] = opt(None, "INTELLECT-2 offline filter: the model whose solve rates decide (the paper precomputes them with a stronger model, DeepSeek-R1-Distill-Qwen-7B); any name model.name accepts, loaded for the filter only; null = the initial policy")
     length_targets: list = opt([], "INTELLECT-2 length control: each row draws a target length L* from this list (seeded by data.seed and the row), its prompt ends with ' Think for L* tokens before giving a response.' and its target_length column feeds the length_target reward ([] = off)")
 
 
@@ -274,6 +275,7 @@ class DistributedConfig:
     toploc_every: int = opt(8, "TOPLOC values: commit every n-th completion position (and the last)", ge=1)
     toploc_tolerance: float = opt(1e-3, "TOPLOC values: max relative error of a committed value that still verifies", gt=0)
     untrusted_workers: list = opt([], "indices of rollout workers whose batches must verify (empty + verify_rollouts = all)")
+    prompt_source: str = opt("learner", "who picks a request's prompts: learner = the learner's sampler (epochs, curricula); seeded = INTELLECT-2's deterministic task sampling, the worker draws them from (train.seed, request id, worker id) and the learner redraws and refuses a batch with other prompts", choices=["learner", "seeded"])
     tamper_worker: int = opt(-1, "testing only: this worker perturbs its completions (-1 = none)", ge=-1)
     learner_backend: str = opt("auto", "torch.distributed backend of torchrun learners", choices=["auto", "gloo", "nccl"])
 

@@ -3,7 +3,8 @@
 Prime Intellect Team, "INTELLECT-2: A Reasoning Model Trained Through Globally Decentralized
 Reinforcement Learning", arXiv 2505.07291, §3 (Training Recipe: offline filtering). The paper
 keeps prompts whose solve rate, precomputed with a stronger model, lies in [0.1, 0.8]; here the
-rate is measured with the policy itself before training: k = ``data.offline_filter_samples``
+rate is measured before training with the policy itself, or with a separate model named by
+``data.offline_filter_model`` (loaded for the filter only): k = ``data.offline_filter_samples``
 completions per training prompt, p = (# judged correct) / k, and a prompt is kept iff 0 < p < 1 —
 the prompts whose groups would have all-equal rewards, hence zero GRPO advantage, are gone before
 the first step. For precomputed rates use ``data.curriculum: pass_rate_filter`` instead.

@@ -20,8 +20,10 @@ collect stage swapped: instead of sampling in-process it
    version ``step`` through SHARDCAST and appends the trained prompts to ``trained_prompts.jsonl``.
 
 Departures from INTELLECT-2: no separate validator nodes (the learner verifies); data moves
-through Ray's object store instead of Parquet files and HTTP relays; prompts are assigned by
-the learner, not picked by the workers. With k = 0 each request carries the learner's torch RNG
+through Ray's object store instead of Parquet files and HTTP relays. Prompts are assigned by
+the learner (``distributed.prompt_source: learner``, the default: epochs and curricula apply) or,
+as the paper, drawn by each worker from (seed, request id, worker id) and redrawn by the learner,
+which refuses a batch with other prompts (``seeded``, :mod:`grpokit.distributed.prompt_draw`). With k = 0 each request carries the learner's torch RNG
 state and the learner adopts the worker's state afterwards, so the run reproduces the
 single-process run's metrics exactly (same seed, same threads).
 """
@@ -38,6 +40,7 @@ import torch
 from grpokit.config.schema import Config
 from grpokit.distributed import require_ray
 from grpokit.distributed.ledger import Request, RequestLedger
+from grpokit.distributed.prompt_draw import draw_indices, prompts_match
 from grpokit.distributed.shardcast import MiB, build_manifest, load_into, trainable_state
 from grpokit.distributed.toploc import ToplocSpec, check_commitment, prefill_hidden
 from grpokit.trainer import checkpoint as ckpt_io
@@ -71,6 +74,11 @@ class AsyncTrainer(Trainer):
 
         d = cfg.distributed
         self.sampler = RequestLedger(self.sampler, self.splits.train)
+        self.seeded = d.prompt_source == "seeded"
+        if self.seeded and cfg.data.curriculum:
+            raise ValueError(f"distributed.prompt_source=seeded draws prompts uniformly: data.curriculum '{cfg.data.curriculum}' "
+                             "cannot apply; set data.curriculum=null or distributed.prompt_source=learner")
+        self.train_rows = list(getattr(self.sampler, "rows", self.splits.train))  # after the offline filter
         self.max_in_flight = min(d.queue_size, d.staleness + 1)
         if d.staleness > 0 and self.max_in_flight < d.rollout_workers:
             log.warning("at most %d requests in flight (distributed.queue_size, staleness + 1) for %d rollout_workers: "
@@ -78,12 +86,13 @@ class AsyncTrainer(Trainer):
         state, _ = trainable_state(self.model)
         state_bytes = sum(t.numel() * t.element_size() for t in state.values())
         rng = ckpt_io.rng_state()  # starting Ray and actors must not move the learner's RNG streams
-        self.pool = WorkerPool(cfg, self.checked, object_store_bytes=max(256 * MiB, (d.staleness + 3) * state_bytes))
+        self.pool = WorkerPool(cfg, self.checked, object_store_bytes=max(256 * MiB, (d.staleness + 3) * state_bytes),
+                               rows=self.train_rows if self.seeded else None)
         ckpt_io.set_rng_state(rng)
         self.manifests: dict[int, Any] = {}
         self.versions: dict[int, dict[str, torch.Tensor]] = {}  # verification weights by version
         self._verifier: Optional[torch.nn.Module] = None
-        self.counts = {"over_staleness": 0, "checked": 0, "rejected": 0, "reissued": 0}
+        self.counts = {"over_staleness": 0, "checked": 0, "rejected": 0, "reissued": 0, "wrong_prompts": 0}
         self.per_worker = {i: {"checked": 0, "rejected": 0} for i in self.checked}
         self.refused_versions: dict[int, int] = {}
         self._taken: list[tuple[Request, dict[str, Any]]] = []  # the requests of the step being learned
@@ -110,15 +119,34 @@ class AsyncTrainer(Trainer):
     # ------------------------------------------------------------------ batches in
     def _fill(self, limit: int) -> None:
         """Issue requests until ``limit`` are outstanding at the workers."""
+        n = self.cfg.rollout.prompts_per_step
         while len(self.pool.in_flight) < limit:
-            req = self.sampler.take(self.cfg.rollout.prompts_per_step)
+            chosen: dict[str, int] = {}
+
+            def draw(req: Request) -> tuple[list[dict], list[int]]:  # seeded: the rows the chosen worker will draw
+                chosen["worker"] = worker = self.pool.pick(req.avoid)
+                idx = draw_indices(self.cfg.train.seed, req.id, worker, n, len(self.train_rows))
+                return [self.train_rows[i] for i in idx], idx
+
+            req = self.sampler.take(n, draw=draw if self.seeded else None)
             exact = self.cfg.distributed.staleness == 0
             payload = {
-                "id": req.id, "rows": req.rows, "texts": self._prompt_texts(req.rows),
+                "id": req.id, "rows": None if self.seeded else req.rows, "n": n,
+                "texts": None if self.seeded else self._prompt_texts(req.rows),
                 "rng_state": torch.get_rng_state() if exact else None,
                 "seed": self.cfg.train.seed * 1_000_003 + req.id,
             }
-            self.pool.submit(req, payload)
+            self.pool.submit(req, payload, worker=chosen.get("worker"))
+
+    def _prompts_drawn(self, req: Request, result: dict[str, Any]) -> bool:
+        """Seeded prompts: did the worker use its draw for this request (redrawn here, ``prompts_match``)?"""
+        rows = [self.train_rows[i] for i in draw_indices(self.cfg.train.seed, req.id, result["worker"],
+                                                         self.cfg.rollout.prompts_per_step, len(self.train_rows))]
+        ok, why = prompts_match(result["batch"], rows, self._prompt_texts(rows), self.tokenizer, self.cfg.rollout.group_size)
+        if not ok:
+            self.counts["wrong_prompts"] += 1
+            log.warning("batch of worker %d refused: not its seeded prompts (%s)", result["worker"], why)
+        return ok
 
     def _verified(self, result: dict[str, Any]) -> bool:
         """TOPLOC check of a batch from a checked worker, with the weights of the batch's version."""
@@ -153,7 +181,7 @@ class AsyncTrainer(Trainer):
                 self.counts["reissued"] += len(lost)
                 continue
             self.refused_versions[result["worker"]] = result["refused_versions"]
-            if result["worker"] in self.checked and not self._verified(result):
+            if (self.seeded and not self._prompts_drawn(req, result)) or (result["worker"] in self.checked and not self._verified(result)):
                 avoid = result["worker"]  # give the prompts to another worker
             else:
                 if result["version"] < self.step - k:  # reordered past the bound: trained, corrected, counted
@@ -201,6 +229,7 @@ class AsyncTrainer(Trainer):
             "async/worker": float(result["worker"]),
             "async/over_staleness": float(self.counts["over_staleness"] - before["over_staleness"]),
             "async/reissued": float(self.counts["reissued"] - before["reissued"]),
+            "async/wrong_prompts": float(self.counts["wrong_prompts"]),
             "async/worker_restarts": float(self.pool.restarts),
             "shardcast/refused_versions": float(sum(self.refused_versions.values())),
         }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 
 def row_key(row: dict) -> str:
@@ -53,14 +53,21 @@ class RequestLedger:
             raise AttributeError(name)
         return getattr(self.inner, name)
 
-    def take(self, n: int) -> Request:
-        """The next request to issue: a re-issue first, else ``n`` fresh rows from the sampler."""
+    def take(self, n: int, draw: Optional[Callable[[Request], tuple[list[dict], list[int]]]] = None) -> Request:
+        """The next request to issue: a re-issue first, else ``n`` fresh rows from the sampler.
+
+        ``draw(request) -> (rows, row_ids)`` (seeded prompts): the rows come from it instead, for
+        re-issues too (another worker draws other prompts).
+        """
         if self.retry:
-            return self.retry.pop(0)
-        rows = self.inner.next_batch(n)
-        req = Request(self.next_id, rows, [self.index.get(row_key(r)) for r in rows])
-        self.next_id += 1
-        self.outstanding[req.id] = req
+            req = self.retry.pop(0)
+        else:
+            rows = self.inner.next_batch(n) if draw is None else []
+            req = Request(self.next_id, rows, [self.index.get(row_key(r)) for r in rows])
+            self.next_id += 1
+            self.outstanding[req.id] = req
+        if draw is not None:
+            req.rows, req.row_ids = draw(req)
         return req
 
     def reissue(self, req: Request, avoid: Optional[int] = None) -> None:

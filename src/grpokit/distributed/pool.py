@@ -26,12 +26,12 @@ log = logging.getLogger(__name__)
 class WorkerPool:
     """N RolloutWorker actors, the manifest board, and the requests in flight."""
 
-    def __init__(self, cfg: Config, checked: set[int], object_store_bytes: int) -> None:
+    def __init__(self, cfg: Config, checked: set[int], object_store_bytes: int, rows: Optional[list[dict]] = None) -> None:
         d = cfg.distributed
-        self.cfg, self.checked = cfg, checked
+        self.cfg, self.checked, self.rows = cfg, checked, rows
         self.started_ray = init_ray(d.rollout_workers, d.ray_address, d.ray_num_cpus, object_store_bytes)
         self.board = spawn_board()
-        self.workers = [spawn_worker(cfg, i, self.board, i in checked) for i in range(d.rollout_workers)]
+        self.workers = [spawn_worker(cfg, i, self.board, i in checked, rows) for i in range(d.rollout_workers)]
         ray.get([w.ready.remote() for w in self.workers])  # model loading errors surface here
         self.in_flight: dict[int, tuple[Any, int, Request]] = {}  # request id -> (ref, worker, request)
         self.restarts = 0
@@ -42,10 +42,14 @@ class WorkerPool:
     def load(self, worker: int) -> int:
         return sum(1 for _, w, _ in self.in_flight.values() if w == worker)
 
-    def submit(self, req: Request, payload: dict[str, Any]) -> int:
-        """Send ``payload`` (the request's texts, rows, RNG) to the least busy worker; returns its index."""
-        candidates = [i for i in range(len(self.workers)) if i != req.avoid] or list(range(len(self.workers)))
-        worker = min(candidates, key=lambda i: (self.load(i), i))
+    def pick(self, avoid: Optional[int]) -> int:
+        """The least busy worker (lowest index on ties), not ``avoid`` when another exists."""
+        candidates = [i for i in range(len(self.workers)) if i != avoid] or list(range(len(self.workers)))
+        return min(candidates, key=lambda i: (self.load(i), i))
+
+    def submit(self, req: Request, payload: dict[str, Any], worker: Optional[int] = None) -> int:
+        """Send ``payload`` (the request's texts, rows, RNG) to ``worker`` or the one :meth:`pick` names; returns its index."""
+        worker = self.pick(req.avoid) if worker is None else worker
         self.in_flight[req.id] = (self.workers[worker].generate.remote(payload), worker, req)
         return worker
 
@@ -77,7 +81,7 @@ class WorkerPool:
             ray.kill(self.workers[worker])
         except Exception:  # already gone
             pass
-        self.workers[worker] = spawn_worker(self.cfg, worker, self.board, worker in self.checked)
+        self.workers[worker] = spawn_worker(self.cfg, worker, self.board, worker in self.checked, self.rows)
 
     def close(self) -> None:
         """Kill the actors; shut Ray down if this pool started it."""

@@ -22,6 +22,7 @@ import ray
 import torch
 
 from grpokit.config.schema import Config
+from grpokit.distributed.prompt_draw import draw_indices
 from grpokit.distributed.shardcast import Manifest, WeightReceiver
 from grpokit.distributed.toploc import ToplocSpec, commit_batch, record_final_hidden, tamper_completions
 from grpokit.rollout.types import SamplingParams
@@ -50,7 +51,7 @@ class RolloutWorker:
     ``cfg.distributed.tamper_worker == worker_id``: edit completions after committing (tests).
     """
 
-    def __init__(self, cfg: Config, worker_id: int, board: Any, commit: bool) -> None:
+    def __init__(self, cfg: Config, worker_id: int, board: Any, commit: bool, rows: Optional[list[dict]] = None) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         torch.set_num_threads(cfg.distributed.worker_threads)
@@ -73,6 +74,7 @@ class RolloutWorker:
         self.tamper = cfg.distributed.tamper_worker == worker_id
         d, r = cfg.distributed, cfg.rollout
         self.toploc = ToplocSpec.from_config(d)
+        self.rows, self.seed, self.system_prompt = rows, cfg.train.seed, cfg.data.system_prompt  # seeded prompts
         self.group_size = r.group_size
         self.params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, min_new_tokens=r.min_new_tokens)
 
@@ -80,7 +82,9 @@ class RolloutWorker:
         return self.worker_id
 
     def generate(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Sample one request ``{id, texts, rows, rng_state | None, seed}`` with the newest verified weights.
+        """Sample one request ``{id, texts, rows, rng_state | None, seed, n}`` with the newest verified weights.
+
+        Seeded prompts (``texts`` None): the ``n`` rows are this worker's draw for the request id.
 
         RNG: ``rng_state`` (the learner's torch RNG, staleness 0) is adopted so the sampling stream
         equals in-process sampling; otherwise the stream is seeded by ``seed``. The returned
@@ -93,9 +97,15 @@ class RolloutWorker:
             torch.set_rng_state(request["rng_state"])
         else:
             torch.manual_seed(request["seed"])
+        texts, rows = request["texts"], request["rows"]
+        if texts is None:  # seeded prompts: this worker draws its own (grpokit.distributed.prompt_draw)
+            from grpokit.trainer.setup import render_all
+
+            rows = [self.rows[i] for i in draw_indices(self.seed, request["id"], self.worker_id, request["n"], len(self.rows))]
+            texts = render_all(self.tokenizer, rows, self.system_prompt)
         record = record_final_hidden(self.model) if self.commit else contextlib.nullcontext(None)
         with record as captured:
-            batch = self.backend.generate(request["texts"], request["rows"], self.group_size, self.params)
+            batch = self.backend.generate(texts, rows, self.group_size, self.params)
         rng_state = torch.get_rng_state()
         commitment = (
             commit_batch(batch, captured, self.model, self.group_size, self.toploc) if self.commit else None
@@ -122,9 +132,9 @@ def init_ray(n_workers: int, address: str, num_cpus: int, object_store_bytes: in
     return True
 
 
-def spawn_worker(cfg: Config, worker_id: int, board: Any, commit: bool) -> Any:
-    """A new RolloutWorker actor (1 CPU; Ray restarts nothing by itself: the pool does)."""
-    return ray.remote(num_cpus=1, max_restarts=0)(RolloutWorker).remote(cfg, worker_id, board, commit)
+def spawn_worker(cfg: Config, worker_id: int, board: Any, commit: bool, rows: Optional[list[dict]] = None) -> Any:
+    """A new RolloutWorker actor (1 CPU; Ray restarts nothing by itself: the pool does); ``rows``: seeded prompts' training rows."""
+    return ray.remote(num_cpus=1, max_restarts=0)(RolloutWorker).remote(cfg, worker_id, board, commit, rows)
 
 
 def spawn_board() -> Any:

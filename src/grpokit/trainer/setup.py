@@ -230,9 +230,26 @@ def filter_train_rows(cfg: Config, trainer: Any) -> list[dict]:
         return rows
     from grpokit.data.offline_filter import offline_difficulty_filter
 
-    return trainer.learners.on_main(
-        lambda: offline_difficulty_filter(cfg, trainer.backend, rows, trainer._prompt_texts, trainer.judge)
-    )
+    def run() -> list[dict]:
+        if not cfg.data.offline_filter_model:
+            return offline_difficulty_filter(cfg, trainer.backend, rows, trainer._prompt_texts, trainer.judge)
+        backend = filter_backend(cfg, next(trainer.model.parameters()).device)  # dropped after the filter
+        return offline_difficulty_filter(cfg, backend, rows, lambda r: render_all(backend.tokenizer, r, cfg.data.system_prompt),
+                                         trainer.judge)
+
+    return trainer.learners.on_main(run)
+
+
+def filter_backend(cfg: Config, device: Any) -> Any:
+    """An HFBackend over ``data.offline_filter_model`` (its own tokenizer and chat template), on ``device``."""
+    from grpokit.model.loading import ModelLoadError, load_model
+    from grpokit.rollout.hf import HFBackend
+
+    try:
+        model, tokenizer = load_model(cfg.data.offline_filter_model, dtype=cfg.model.dtype, device=device)
+    except ModelLoadError as exc:
+        raise ValueError(f"data.offline_filter_model: {exc}") from None
+    return HFBackend(model.eval(), tokenizer, fused_decode=cfg.rollout.fused_decode)
 
 
 def _variational(cfg: Config):
