@@ -5,6 +5,7 @@
     python benchmarks/learner_memory.py --lengths 256,512 --rows 1 --chunk 128
     python benchmarks/learner_memory.py --objective sft --rows 1 --lengths 2048,4096,8000
     python benchmarks/learner_memory.py --objective dpo --rows 2 --lengths 2048,4096,8000   # one pair
+    python benchmarks/learner_memory.py --ranks 1,2                # FSDP: per-rank training state at 1 and 2 ranks
 
 One learner step = forward + backward of the objective on one micro-batch of ``rows`` completions of
 one prompt, every completion exactly T tokens, on the embedded SmolLM2-135M-Instruct (fp32, full
@@ -28,6 +29,12 @@ Each (mode, T) runs in a fresh child process. Reported: the learner's peak extra
 peak RSS during the step minus RSS just before it (model, gradients already allocated, inputs
 ready), and the step's seconds. The last line is machine-readable:
 ``streambp_vs_logits_at_<Tmax>=<ratio> chunked_vs_logits_at_<Tmax>=<ratio>``.
+
+``--ranks 1,2``: the sharded learner (``distributed.learner=fsdp``, :mod:`grpokit.distributed.fsdp`)
+under torchrun with N gloo ranks on CPU: one GRPO step (forward, backward, AdamW) of a micro-batch of
+``--rows`` x ``--lengths[0]`` tokens per rank, then each rank's bytes of parameters, gradients and
+optimizer state (its local shards, counted exactly) and its peak RSS during the step. The state
+should fall close to 1/N; the last line is ``fsdp_state_ratio_<N>_vs_1=<ratio>``.
 """
 
 from __future__ import annotations
@@ -113,6 +120,82 @@ def child(mode: str, length: int, rows: int, chunk: int, objective_name: str = "
                             "extra_mib": peak - before, "seconds": seconds}), flush=True)
 
 
+def _local_bytes(t) -> int:
+    local = t.to_local() if hasattr(t, "to_local") else t  # a DTensor's own shard
+    return local.numel() * local.element_size()
+
+
+def fsdp_child(length: int, rows: int) -> None:
+    """One sharded GRPO step on this torchrun rank; prints its state bytes and step peak RSS."""
+    import torch
+
+    from grpokit.config.schema import DistributedConfig
+    from grpokit.distributed.fsdp import root_forward, shard_model
+    from grpokit.model.loading import load_model
+    from grpokit.model.logprobs import completion_logprobs
+
+    torch.distributed.init_process_group("gloo")
+    torch.manual_seed(0)
+    model, _ = load_model("smollm2-135m-instruct", dtype="float32")
+    model.train()
+    shard_model(model, DistributedConfig(learner="fsdp"))
+    logprobs = root_forward(model, completion_logprobs)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    c_ids = torch.randint(100, 40000, (rows, length))
+    p_ids = torch.randint(100, 40000, (rows, 16))
+    group, adv = torch.zeros(rows, dtype=torch.long), torch.randn(rows)
+
+    def step(t: int) -> None:
+        logp, _ = logprobs(model, p_ids, torch.ones_like(p_ids), c_ids[:, :t], torch.ones_like(c_ids[:, :t]), group_ids=group)
+        (-(logp * adv[:, None]).mean()).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)  # gradients stay allocated: the state of every later step
+
+    step(16)  # warm-up; AdamW's moments now exist
+    before = _status_mib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    t0 = time.perf_counter()
+    step(length)
+    seconds = time.perf_counter() - t0
+    params = list(model.parameters())
+    state = {
+        "params": sum(_local_bytes(p) for p in params),
+        "grads": sum(_local_bytes(p.grad) for p in params if p.grad is not None),
+        "optimizer": sum(_local_bytes(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)),
+    }
+    print(TAG + json.dumps({"rank": torch.distributed.get_rank(), "world": torch.distributed.get_world_size(),
+                            **{k: v / 2**20 for k, v in state.items()}, "before_mib": before,
+                            "peak_mib": _status_mib("VmHWM"), "seconds": seconds}), flush=True)
+    torch.distributed.destroy_process_group()
+
+
+def fsdp_report(ranks: list[int], length: int, rows: int, threads: int) -> None:
+    """Launch :func:`fsdp_child` under torchrun at each rank count; print per-rank state and peak memory."""
+    results = []
+    for n in ranks:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(n), __file__,
+               "--_fsdp_child", str(length), "--rows", str(rows)]
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads or 1)}
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        lines = [json.loads(ln.split(TAG, 1)[1]) for ln in out.stdout.splitlines() if TAG in ln]
+        if len(lines) != n:
+            print(out.stderr[-3000:], file=sys.stderr)
+            raise SystemExit(f"fsdp child at {n} ranks failed")
+        results += sorted(lines, key=lambda r: r["rank"])
+    print(f"FSDP (gloo, CPU), SmolLM2-135M fp32, AdamW, one step of {rows} x {length} tokens per rank")
+    print("| ranks | rank | params MiB | grads MiB | optimizer MiB | state MiB | step peak RSS MiB | s |")
+    print("|---|---|---|---|---|---|---|---|")
+    total = {}
+    for r in results:
+        state = r["params"] + r["grads"] + r["optimizer"]
+        total.setdefault(r["world"], []).append(state)
+        print(f"| {r['world']} | {r['rank']} | {r['params']:.0f} | {r['grads']:.0f} | {r['optimizer']:.0f} | {state:.0f} | "
+              f"{r['peak_mib']:.0f} | {r['seconds']:.1f} |")
+    one = max(total[min(total)])
+    print(" ".join(f"fsdp_state_ratio_{n}_vs_{min(total)}={max(v) / one:.3f}" for n, v in sorted(total.items()) if n != min(total)))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lengths", default="512,1024,2048", help="completion lengths T")
@@ -122,7 +205,9 @@ def main() -> None:
     p.add_argument("--objective", choices=("grpo", "sft", "dpo"), default="grpo",
                    help="the loss of the step (dpo: --rows must be even, chosen then rejected)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--ranks", default="", help="FSDP mode: comma-separated torchrun rank counts, e.g. 1,2")
     p.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
+    p.add_argument("--_fsdp_child", type=int, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.threads:
         import torch
@@ -133,7 +218,13 @@ def main() -> None:
     if a._child:
         child(a._child[0], int(a._child[1]), a.rows, a.chunk, a.objective)
         return
+    if a._fsdp_child:
+        fsdp_child(a._fsdp_child, a.rows)
+        return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if a.ranks:
+        fsdp_report([int(n) for n in a.ranks.split(",")], int(a.lengths.split(",")[0]), a.rows, a.threads)
+        return
     results = []
     for length in [int(x) for x in a.lengths.split(",")]:
         for mode in a.modes.split(","):

@@ -278,6 +278,10 @@ class DistributedConfig:
     prompt_source: str = opt("learner", "who picks a request's prompts: learner = the learner's sampler (epochs, curricula); seeded = INTELLECT-2's deterministic task sampling, the worker draws them from (train.seed, request id, worker id) and the learner redraws and refuses a batch with other prompts", choices=["learner", "seeded"])
     tamper_worker: int = opt(-1, "testing only: this worker perturbs its completions (-1 = none)", ge=-1)
     learner_backend: str = opt("auto", "torch.distributed backend of torchrun learners", choices=["auto", "gloo", "nccl"])
+    learner: str = opt("ddp", "how torchrun learners hold the model: ddp = every rank the whole model (gradients all-reduced); fsdp = FSDP2 shards parameters, gradients and optimizer state over the ranks (checkpoints through torch.distributed.checkpoint)", choices=["ddp", "fsdp"])
+    fsdp_param_dtype: str = opt("", "FSDP mixed precision, CUDA only: dtype the sharded fp32 parameters are all-gathered and computed in ('' = the model's dtype)", choices=["", "bfloat16", "float16", "float32"])
+    fsdp_reduce_dtype: str = opt("", "FSDP mixed precision, CUDA only: dtype gradients are reduce-scattered in ('' = the compute dtype)", choices=["", "bfloat16", "float16", "float32"])
+    fsdp_cpu_offload: bool = opt(False, "FSDP, CUDA only: keep the sharded parameters, gradients and optimizer state in CPU memory (CPUOffloadPolicy); forward and backward still run on the GPU")
 
 
 @dataclass

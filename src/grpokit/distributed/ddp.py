@@ -26,7 +26,8 @@ Logging, checkpoints, evaluation and the report happen on rank 0 only; other ran
 below WARNING. A resumed run loads the checkpoint on every rank, so ``logging.output_dir`` must be
 on a file system all ranks see. Backend: ``distributed.learner_backend`` (``auto`` = NCCL when the
 policy's parameters are on a GPU, else gloo). Algorithm: DeepSeekMath GRPO (arXiv 2402.03300);
-data-parallel learners as in INTELLECT-2 (arXiv 2505.07291), whose trainer shards with FSDP instead.
+data-parallel learners as in INTELLECT-2 (arXiv 2505.07291), whose trainer shards with FSDP instead;
+``distributed.learner=fsdp`` does too (:mod:`grpokit.distributed.fsdp`).
 """
 
 from __future__ import annotations
@@ -97,6 +98,18 @@ class Learners:
     rank: int = 0
     world_size: int = 1
     backend: Optional[str] = None
+    sharded = False  # FSDP learners (grpokit.distributed.fsdp.ShardedLearners) hold 1/N of the model each
+
+    def prepare(self, policy: Any) -> None:
+        """Before the optimizer is built: nothing here (sharded learners shard the policy)."""
+
+    def clip_gradients(self, params: list[torch.nn.Parameter], max_norm: float) -> float:
+        """Clip the (all-reduced) gradients to ``max_norm``; returns their norm before clipping."""
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+
+    def write_shards(self, ckpt_root: Any, step: int, model: torch.nn.Module, optimizer: Any) -> tuple[None, None]:
+        """(sharded checkpoint folder, gathered weights): none for whole-model learners, rank 0 saves as one process does."""
+        return None, None
 
     @property
     def is_main(self) -> bool:
@@ -172,7 +185,7 @@ class Learners:
         """
         if not self.distributed:
             return metrics
-        weight = sum(float(loss_mask[rows].sum()) for rows, _ in parts)
+        weight = sum(float(loss_mask[rows].sum()) for rows, _ in parts if rows is not None)  # None: a sharded learner's padding pass
         gathered: list[Any] = [None] * self.world_size
         torch.distributed.all_gather_object(gathered, (metrics, weight))
         total_w = sum(w for _, w in gathered)
@@ -242,7 +255,8 @@ def init_learners(cfg: DistributedConfig, model: torch.nn.Module) -> Learners:
     was placed elsewhere (parameters keep their identity, so an optimizer built before still holds them).
     """
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+    sharded = cfg.learner == "fsdp"  # under torchrun (checked at load), even on one rank
+    if world <= 1 and not sharded:
         return Learners()
     backend = resolve_backend(cfg.learner_backend, model)
     if backend == "nccl":
@@ -253,11 +267,17 @@ def init_learners(cfg: DistributedConfig, model: torch.nn.Module) -> Learners:
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group(backend=backend)
         atexit.register(_shutdown)
-    learners = Learners(rank=torch.distributed.get_rank(), world_size=torch.distributed.get_world_size(), backend=backend)
+    ranks = dict(rank=torch.distributed.get_rank(), world_size=torch.distributed.get_world_size(), backend=backend)
+    if sharded:
+        from grpokit.distributed.fsdp import ShardedLearners
+
+        learners: Learners = ShardedLearners(**ranks, shard_cfg=cfg)
+    else:
+        learners = Learners(**ranks)
     if not learners.is_main:
         logging.getLogger("grpokit").setLevel(logging.WARNING)  # rank 0 speaks for the run
     learners.sync_parameters(model)
-    log.info("data-parallel learners: %d ranks over %s", learners.world_size, backend)
+    log.info("%s learners: %d ranks over %s", "sharded (FSDP)" if sharded else "data-parallel", learners.world_size, backend)
     return learners
 
 

@@ -17,6 +17,7 @@ The gradient is the same sum; the learner's peak RSS drops by ~0.1 GiB (measured
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -27,7 +28,13 @@ _state = {"active": False}
 
 def head_grad_in_place(weight: torch.Tensor) -> bool:
     """Whether the chunked head should add its weight gradient into ``weight.grad`` itself."""
-    return _state["active"] and weight.is_leaf and weight.grad is not None and not weight.grad.is_sparse
+    return _state["active"] and weight.is_leaf and weight.grad is not None and not weight.grad.is_sparse and not _sharded(weight)
+
+
+def _sharded(weight: torch.Tensor) -> bool:
+    """An FSDP shard (DTensor): its gradient arrives by reduce-scatter, never in place."""
+    dtensor = sys.modules.get("torch.distributed.tensor")  # loaded whenever a model is sharded
+    return dtensor is not None and isinstance(weight, dtensor.DTensor)
 
 
 @contextmanager
@@ -37,7 +44,7 @@ def in_place_embedding_grads(model: torch.nn.Module) -> Iterator[None]:
     embedding = base.get_input_embeddings() if hasattr(base, "get_input_embeddings") else None
     sparse = (
         type(embedding) is torch.nn.Embedding and embedding.weight.requires_grad and embedding.weight.grad is not None
-        and embedding.max_norm is None
+        and embedding.max_norm is None and not _sharded(embedding.weight)
     )
     was_sparse = embedding.sparse if sparse else None
     previous = _state["active"]

@@ -2,7 +2,9 @@
 
 Layout of ``<output_dir>/checkpoints/step-<N>/``: the model (``save_pretrained``: full weights,
 or the LoRA adapter), the tokenizer, ``optimizer.pt``, ``scheduler.pt`` and ``trainer_state.json``
-(step, data position, RNG states, extra state). Written to a temporary folder and renamed, so
+(step, data position, RNG states, extra state). A sharded (FSDP) run writes ``dcp/`` instead of
+``optimizer.pt``: its model and optimizer state as ``torch.distributed.checkpoint`` shards, next to
+the gathered full weights (``grpokit.distributed.fsdp``). Written to a temporary folder and renamed, so
 a crash never leaves a half-written checkpoint; a disk that fills or a file damaged later still
 can, so resuming checks each checkpoint (``checkpoint_problem``) and takes the newest complete one.
 """
@@ -22,6 +24,7 @@ import torch
 log = logging.getLogger(__name__)
 
 STATE_FILES = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "rng.pt")  # what resuming reads besides weights
+SHARDS = "dcp"  # a sharded run's model + optimizer state (torch.distributed.checkpoint); replaces optimizer.pt
 _warned: set[tuple[Path, Path]] = set()  # (skipped, used): the CLI and Trainer.resume both check; warn once
 
 
@@ -51,13 +54,17 @@ def save_checkpoint(
     merged: bool = False,
     extra: Optional[dict[str, Any]] = None,
     processors: tuple = (),
+    state_dict: Optional[dict[str, torch.Tensor]] = None,
+    shards: Optional[Path] = None,
 ) -> Path:
     """Save step ``step`` and delete all but the ``keep`` most recent checkpoints.
 
     ``processors``: more ``save_pretrained`` objects the folder needs to load as a model (a
     vision-language policy's image processor). A LoRA adapter's base model is recorded by the name
     that loads it on any machine (the embedded name, the Hub id), not by the cache folder of this
-    one that peft would write (``grpokit.model.lora.make_adapter_portable``).
+    one that peft would write (``grpokit.model.lora.make_adapter_portable``). ``state_dict``: the
+    weights to write instead of the model's own (a sharded model's gathered full weights);
+    ``shards``: a folder of model + optimizer shards moved in as ``dcp/`` (then no ``optimizer.pt``).
     """
     ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / f"step-{step}"
@@ -69,7 +76,7 @@ def save_checkpoint(
         import copy
 
         copy.deepcopy(model).merge_and_unload().save_pretrained(tmp / "merged")
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, state_dict=state_dict)
     if (tmp / "adapter_config.json").is_file():
         from grpokit.model.lora import make_adapter_portable
 
@@ -77,7 +84,10 @@ def save_checkpoint(
     tokenizer.save_pretrained(tmp)
     for processor in processors:
         processor.save_pretrained(tmp)
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    if shards is not None:
+        shutil.move(str(shards), str(tmp / SHARDS))
+    else:
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     torch.save(rng_state(), tmp / "rng.pt")
     if extra is not None:  # algorithm state (e.g. drpo's per-domain history)
@@ -131,7 +141,8 @@ def checkpoint_problem(ckpt: Path) -> Optional[str]:
     ``torch.save`` files loadable (memory-mapped: their structure is read, not their tensors).
     """
     weights, missing = _weight_files(ckpt)
-    missing += [f for f in STATE_FILES if not (ckpt / f).is_file()]
+    sharded = (ckpt / SHARDS / ".metadata").is_file()  # DCP's index, written last
+    missing += [f for f in STATE_FILES if not (ckpt / f).is_file() and not (sharded and f == "optimizer.pt")]
     if missing:
         return f"missing {', '.join(missing)}"
     from safetensors import safe_open
@@ -149,8 +160,8 @@ def checkpoint_problem(ckpt: Path) -> Optional[str]:
     if not isinstance(state, dict) or not isinstance(state.get("step"), int) or "sampler" not in state:
         return "trainer_state.json lacks its step or data position"
     for name in ("optimizer.pt", "scheduler.pt", "rng.pt", "extra.pt"):
-        if name == "extra.pt" and not (ckpt / name).is_file():
-            continue  # only runs with stateful algorithm parts write it
+        if name in ("extra.pt", "optimizer.pt") and not (ckpt / name).is_file():
+            continue  # only runs with stateful algorithm parts write extra.pt; sharded runs keep the optimizer in dcp/
         try:
             torch.load(ckpt / name, mmap=True, weights_only=False)
         except Exception as exc:  # torch.load raises RuntimeError, EOFError, pickle errors, ...
@@ -219,9 +230,10 @@ def family_folder(name: str, accepts: Any) -> Optional[Path]:
     return source if accepts(source) else None
 
 
-def load_training_state(ckpt: Path, optimizer: torch.optim.Optimizer, scheduler: Any) -> dict[str, Any]:
-    """Restore optimizer, scheduler and RNG from ``ckpt``; return trainer_state.json."""
-    optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
+def load_training_state(ckpt: Path, optimizer: Optional[torch.optim.Optimizer], scheduler: Any) -> dict[str, Any]:
+    """Restore optimizer (None: loaded from the shards), scheduler and RNG from ``ckpt``; return trainer_state.json."""
+    if optimizer is not None:
+        optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
     scheduler.load_state_dict(torch.load(ckpt / "scheduler.pt", weights_only=False))
     set_rng_state(torch.load(ckpt / "rng.pt", weights_only=False))
     return json.loads((ckpt / "trainer_state.json").read_text())

@@ -145,7 +145,9 @@ def accumulate_gradients(
 ) -> dict[str, float]:
     """Backward the objective over all micro-batches ``parts`` of ``lb`` (gradients accumulate in ``.grad``).
 
-    Returns metrics averaged over micro-batches, weighted by their loss-unit counts.
+    Returns metrics averaged over micro-batches, weighted by their loss-unit counts. A part
+    ``(None, micro_batch)`` is a sharded learner's padding pass (``grpokit.distributed.fsdp``):
+    its forward and backward run (the ranks' collectives stay in step) and add exactly nothing.
     """
     num_seqs = lb.num_seqs if lb.num_seqs is not None else float(len(lb))
     num_tokens = lb.num_tokens
@@ -153,6 +155,10 @@ def accumulate_gradients(
     totals: dict[str, float] = {"loss": 0.0}  # 0 when every row was left out (all advantages 0)
     weight_sum = 0.0
     for rows, mb in parts:
+        if rows is None:
+            fwd = policy.learn_forward(mb, with_entropy=False, entropy_grad=False)
+            fwd.backward(fwd.logp.sum() * 0.0)
+            continue
         with in_place_embedding_grads(policy.module):
             metrics, loss, w = _micro_batch(policy, rows, mb, lb, objective, num_seqs, num_tokens, total_forks, want_entropy)
         weight_sum += w

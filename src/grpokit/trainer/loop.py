@@ -27,6 +27,7 @@ from grpokit.config.loading import dump_yaml
 from grpokit.config.schema import Config
 from grpokit.data.sampler import CurriculumSampler, PromptSampler
 from grpokit.distributed.ddp import SilentLogger, init_learners
+from grpokit.distributed.fsdp import load_shards, sharding_problem
 from grpokit.envs.checks import rows_problem
 from grpokit.envs.episodes import episode_metrics
 from grpokit.registries import get_registry
@@ -82,6 +83,8 @@ class Trainer:
             raise ValueError(f"stage '{cfg.stage}' trains offline: use grpokit.trainer.offline.OfflineTrainer (grpokit train picks it)")
         self.family = run_family(cfg, model, tokenizer)  # the policy family: model.family, else the one that claims the model
         check_run(cfg)  # a method without its inputs, or an unknown option key: one line, before anything loads
+        if sharding_problem(cfg):  # distributed.learner=fsdp without torchrun or with an option it cannot honour
+            raise RunContractError(sharding_problem(cfg))
         tune_malloc(device=setup.check_device(cfg))  # model.device / model.dtype this machine lacks: one line
         self.cfg = cfg
         if cfg.model.threads:
@@ -112,6 +115,7 @@ class Trainer:
         self.policy = setup.build_policy(cfg, self.family, model, tokenizer, self.learners, self.needs_ref, "teacher_logp" in self.needs)
         self.backend = self.policy.backend
         self.splits.train = setup.filter_train_rows(cfg, self)  # data stages that need the initial policy
+        self.learners.prepare(self.policy)  # fsdp: shard the policy now, so the optimizer holds the shards
         self.optimizer = setup.build_optimizer(self.model, cfg.optim)
         # the scheduler steps once per optimizer update: mu = num_iterations of them per training step
         self.scheduler = setup.build_scheduler(self.optimizer, cfg.optim, cfg.train.steps * cfg.algorithm.num_iterations)
@@ -256,7 +260,8 @@ class Trainer:
         for iteration in range(algo.num_iterations):
             if iteration > 0:
                 producers.produce(producers.scheduled(self.needs, "per_update"), self.policy, lb, parts, self.learners)
-            allocate_gradients(list(self.policy.trainable_parameters()))
+            if not self.learners.sharded:  # FSDP gives the shards their gradients
+                allocate_gradients(list(self.policy.trainable_parameters()))
             learn = accumulate_gradients(self.policy, parts, lb, self.objective)
             learn = self.learners.reduce_metrics(learn, parts, lb.mask)
             stale = [name for hook in self.update_hooks for name in hook(self.context, self.updates + 1)]  # pre-update weights
@@ -304,11 +309,11 @@ class Trainer:
         clip = self.cfg.optim.max_grad_norm
         params = list(self.policy.trainable_parameters())
         self.learners.all_reduce_gradients(params)  # data-parallel learners: sum of the ranks' gradients
-        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        norm = self.learners.clip_gradients(params, clip if clip > 0 else float("inf"))  # sharded: the global norm
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
+        return norm
 
     def _log_samples(self, batch, scores, adv) -> None:
         samples = sample_records(batch, scores, adv, self.cfg.logging.samples_per_table)
@@ -321,16 +326,18 @@ class Trainer:
     def evaluate(self, label: str = "eval") -> dict[str, float]:
         """Greedy held-out accuracy of the accuracy judge (``eval.*``), logged under ``label``; {} without held-out answers."""
         rows = self.splits.heldout
-        if not rows or not self.learners.is_main:
+        if not rows:
             return {}
         # an environment run's held-out rows are episodes judged by their reward (env_return, env_info), answer or not
         if not self.cfg.environment.name and any(row.get("answer") is None for row in rows):
             log.info("held-out rows have no answers (label-free data): skipping the accuracy evaluation")
             return {}
         e = self.cfg.eval
-        result = evaluate_accuracy(
+        result = self.learners.on_main(lambda: evaluate_accuracy(  # sharded learners gather the weights for rank 0
             self.backend, rows, self._prompt_texts(rows), self.judge, batch_size=e.batch_size, max_new_tokens=e.max_new_tokens
-        )
+        ))
+        if not self.learners.is_main:
+            return {}
         self.logger.log_eval(self.step, label, result)
         episodes = f", episode return {result['env/return']:.3f}" if "env/return" in result else ""
         log.info("held-out accuracy (%s, step %d): %.3f on %d (judge %s)%s", label, self.step, result["accuracy"], result["n"],
@@ -338,6 +345,8 @@ class Trainer:
         return result
 
     def save(self) -> Optional[Path]:
+        # sharded learners: every rank writes its shards (DCP), rank 0 gets the gathered weights for the HF folder
+        shards, weights = self.learners.write_shards(self.run_dir / "checkpoints", self.step, self.model, self.optimizer)
         if not self.learners.is_main:
             return None
         return ckpt_io.save_checkpoint(
@@ -352,13 +361,21 @@ class Trainer:
             keep=self.cfg.logging.keep_checkpoints,
             merged=self.cfg.model.lora.save_merged,
             processors=self.family.checkpoint_extras(self.policy),
+            state_dict=weights,
+            shards=shards,
         )
 
     def resume(self) -> bool:
         """Load the latest complete checkpoint of ``output_dir`` (none is a one-line error); True when resumed."""
         ckpt = ckpt_io.require_checkpoint(self.run_dir / "checkpoints")
-        ckpt_io.load_model_weights(self.model, ckpt)
-        state = ckpt_io.load_training_state(ckpt, self.optimizer, self.scheduler)
+        if (ckpt / ckpt_io.SHARDS).is_dir():  # model + optimizer from DCP shards: any number of ranks, sharded or whole
+            load_shards(self.model, self.optimizer, ckpt / ckpt_io.SHARDS)
+            state = ckpt_io.load_training_state(ckpt, None, self.scheduler)
+        elif self.learners.sharded:
+            raise ckpt_io.CheckpointError(f"distributed.learner=fsdp resumes from sharded checkpoints; {ckpt} has no {ckpt_io.SHARDS}/ folder: resume it with distributed.learner=ddp")
+        else:
+            ckpt_io.load_model_weights(self.model, ckpt)
+            state = ckpt_io.load_training_state(ckpt, self.optimizer, self.scheduler)
         self.sampler.load_state(state["sampler"])
         if self._stateful():
             extra = torch.load(ckpt / "extra.pt", weights_only=False)

@@ -23,10 +23,15 @@ CONDITIONED = {"aux_logp": ("current", "masked")}  # PAPO: the same tokens under
 
 
 def score_inputs(policy: Policy, lb: LearnBatch, parts: list[tuple[torch.Tensor, RolloutBatch]], names: list[str]) -> None:
-    """Fill each scored field of ``names`` (see :data:`SCORED_ROLES`, :data:`CONDITIONED`) micro-batch by micro-batch."""
+    """Fill each scored field of ``names`` (see :data:`SCORED_ROLES`, :data:`CONDITIONED`) micro-batch by micro-batch.
+
+    A part ``(None, micro_batch)`` (a sharded learner's padding) is scored and its result dropped.
+    """
     for name in names:
         for rows, mb in parts:
-            if name in CONDITIONED:
+            if rows is None:
+                policy.score(mb, SCORED_ROLES.get(name, "current"))
+            elif name in CONDITIONED:
                 role, condition = CONDITIONED[name]
                 lb.set_rows(name, rows, policy.score(mb, role, condition=condition))
             else:
@@ -42,6 +47,8 @@ def constraint_kl(policy: Policy, lb: LearnBatch, parts, learners: Any) -> torch
     diff = 0.0
     for rows, mb in parts:
         current = policy.score(mb, "current")
+        if rows is None:  # a sharded learner's padding pass
+            continue
         old = lb.old_logp[rows, : current.shape[1]]
         diff += float(((old - current) * lb.mask[rows, : current.shape[1]]).sum())
     diff = learners.all_sum(diff)

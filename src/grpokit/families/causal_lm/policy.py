@@ -37,6 +37,8 @@ class CausalLMPolicy(ModulePolicy):
         self.reference, self.teacher = reference, teacher
         self.use_reference = use_reference  # the run needs reference log-probs
         self.temperature, self.sequence_chunk, self.checkpoint = temperature, sequence_chunk, checkpoint
+        self.logprobs = completion_logprobs  # a sharded learner runs it as a forward of the FSDP root (grpokit.distributed.fsdp)
+        self.split_prompt_backward = True  # PromptStage; off when sharded (its second backward reads the root's weights)
         self.capabilities = self.capabilities_for(getattr(backend, "engine", "hf"))
 
     @staticmethod
@@ -63,7 +65,7 @@ class CausalLMPolicy(ModulePolicy):
     def score(self, mb: RolloutBatch, role: str = "current") -> torch.Tensor:
         module, ctx = self.role_module(role)
         with ctx:
-            logp, _ = completion_logprobs(
+            logp, _ = self.logprobs(
                 module, mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask,
                 group_ids=mb.group_ids, temperature=self.temperature,
             )
@@ -95,14 +97,15 @@ class CausalLMPolicy(ModulePolicy):
                 streamed_backward(self.module, *tensors, g_logp, stream, grad_entropy=g_ent, temperature=self.temperature)
 
             return UnitForward(logp, entropy, backward)
-        prompt_stage = PromptStage()  # the shared prompt's graph is back-propagated second
-        logp, entropy = completion_logprobs(
+        prompt_stage = PromptStage() if self.split_prompt_backward else None  # the shared prompt's graph is back-propagated second
+        logp, entropy = self.logprobs(
             self.module, *tensors, group_ids=mb.group_ids, temperature=self.temperature,
             with_entropy=with_entropy, entropy_grad=entropy_grad, checkpoint=self.checkpoint, prompt_stage=prompt_stage,
         )
 
         def backward(loss: torch.Tensor) -> None:
             loss.backward()
-            prompt_stage.backward()
+            if prompt_stage is not None:
+                prompt_stage.backward()
 
         return UnitForward(logp, entropy, backward)
