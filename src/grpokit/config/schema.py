@@ -229,15 +229,21 @@ class VerificationConfig:
 
 @dataclass
 class VariationalConfig:
-    """Variational reasoning (arXiv 2509.22637): the policy prompted with the reference answer is the posterior q."""
+    """Variational reasoning (arXiv 2509.22637): a posterior q with weights of its own, prompted with the reference answer."""
 
-    enabled: bool = opt(False, "each step: sample K traces per question from q, train the policy on them weighted by the IWAE weights, and q by forward KL on the policy's correct samples")
+    enabled: bool = opt(False, "each step: sample K traces per question from q, train the policy on them weighted by the IWAE weights, and q (its own adapter and optimizer) by forward KL on the policy's correct samples")
     num_traces: int = opt(4, "K: posterior traces sampled per question (the paper: 8)", ge=1)
-    estimator: str = opt("acc", "estimate of pi(Y|x,z): acc (the accuracy judge on the trace's own answer) or gml (geometric-mean likelihood of the reference answer written after the trace)", choices=["acc", "gml"])
+    estimator: str = opt("acc", "estimate of pi(Y|x,z): acc (fraction of num_answers answers sampled from the policy after the trace that the accuracy judge scores correct) or gml (geometric-mean likelihood of the reference answer written after the trace)", choices=["acc", "gml"])
+    num_answers: int = opt(4, "acc: n_ans answers sampled from the policy after each trace and the answer cue (the paper: 8)", ge=1)
+    answer_max_tokens: int = opt(16, "acc: length cap of each answer the policy writes after the trace", ge=1)
+    q_model: Optional[str] = opt(None, "q's base model, separate from the policy (same forms as model.name, same tokenizer); null = the policy's base: a second LoRA adapter on the policy's own model when model.lora.enabled, else a fresh load of model.name (the policy's initial weights)")
+    q_lora_r: int = opt(16, "rank of q's LoRA adapter", ge=1)
+    q_lora_alpha: float = opt(32.0, "LoRA scaling numerator of q's adapter (scale = alpha / r)", gt=0)
+    q_lr: float = opt(1e-4, "learning rate of q's own AdamW (betas and weight decay from optim; gradients clipped at optim.max_grad_norm)", gt=0)
     selection: str = opt("soft", "trace weights per question: soft (rho / sum rho, the paper's IWAE gradient) or top1 (only the largest rho, the authors' released pipeline)", choices=["soft", "top1"])
     hint_template: str = opt("B", "the posterior's prompt: A (the answer before the question), B (the answer after it as a hint), or your own text with {question} and {answer}")
-    answer_template: str = opt("\nThe answer is {answer}.", "gml: how the reference answer is written after the trace (then EOS); {answer} is filled in")
-    posterior_kl: bool = opt(True, "train q by forward KL: the policy's correct samples under the hinted prompt, weighted 1[correct]/#correct per question")
+    answer_template: str = opt("\nThe answer is {answer}.", "how an answer follows the trace, {answer} filled in: gml writes the reference answer so (then EOS); acc writes the text before {answer} as the cue the policy continues")
+    posterior_kl: bool = opt(True, "train q by forward KL each step: its own update on the policy's correct samples under the hinted prompt, weighted 1[correct]/#correct per question (false: q stays as it started)")
 
 
 @dataclass

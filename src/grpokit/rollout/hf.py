@@ -240,7 +240,13 @@ class HFBackend:
         """Sample ``group_size`` completions per prompt; rows are ordered prompt-major, on the model's device."""
         enc = self.tokenizer(prompt_texts, return_tensors="pt", padding=True, add_special_tokens=False)
         device = module_device(self.model)
-        input_ids, attention = enc.input_ids.to(device), enc.attention_mask.to(device)
+        return self.generate_from_ids(enc.input_ids.to(device), enc.attention_mask.to(device), rows, group_size, params)
+
+    @torch.no_grad()
+    def generate_from_ids(
+        self, input_ids: torch.Tensor, attention: torch.Tensor, rows: list[dict], group_size: int, params: SamplingParams
+    ) -> RolloutBatch:
+        """:meth:`generate` from left-padded prompt token ids ``[n, P]`` (a caller's own token contexts) on the model's device."""
         was_training = self.model.training
         self.model.eval()
         try:

@@ -152,12 +152,14 @@ class Trainer:
         return self.combiner.state
 
     def _stateful(self) -> dict[str, Any]:
-        """Algorithm parts with state that checkpoints must carry (advantage history, curricula, combiners, a synced reference)."""
+        """Algorithm parts with state that checkpoints must carry (advantage history, curricula, combiners, a synced reference, stages)."""
         parts = {
             "advantage_state": self.advantage_state,
             "curriculum": getattr(self.sampler, "curriculum", None),
             "combiner_state": self.combiner.state,
             "reference": self.policy.reference if self.cfg.algorithm.ref_sync_every else None,  # it follows the policy
+            # batch stages with weights or state of their own (e.g. a posterior model and its optimizer)
+            **{f"stage/{type(s).__name__}": s for s in self.stages if hasattr(s, "state_dict")},
         }
         return {k: v for k, v in parts.items() if v is not None}
 
