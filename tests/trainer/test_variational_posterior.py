@@ -1,8 +1,8 @@
 """Variational reasoning's posterior q with weights of its own, and the paper's Acc estimator (arXiv 2509.22637).
 
 q is a LoRA adapter: beside the policy's on one PeftModel when the policy is LoRA ("shared"), on a
-copy of the base loaded from model.name when the policy is fully fine-tuned ("separate"). Each
-test runs both. The judge is a stand-in (a tiny random model never solves arithmetic).
+copy of the base loaded from model.name when the policy is fully fine-tuned ("separate"), on
+``variational.q_model`` when set ("q_model"). Each test runs all three. The judge is a stand-in (a tiny random model never solves arithmetic).
 """
 
 import pytest
@@ -13,7 +13,12 @@ from grpokit.trainer.posterior import ADAPTER
 from tests.trainer.test_variational_stage import REWARD, manual_logp_ids, stage_output, tiny_dir, variational_trainer  # noqa: F401
 
 CUE_JUDGE = f"{__file__}:names_the_answer"
-MODES = {"separate": {}, "shared": {"model.lora.enabled": "true"}}
+MODES = {"separate": {}, "shared": {"model.lora.enabled": "true"}, "q_model": {"model.lora.enabled": "true", "variational.q_model": None}}
+
+
+def sets(mode, tiny_dir):
+    """The mode's overrides; q_model: a LoRA policy whose q still gets a base of its own (variational.q_model)."""
+    return {k: (tiny_dir if v is None else v) for k, v in MODES[mode].items()}
 
 
 def names_the_answer(prompts, completions, **columns):
@@ -27,7 +32,7 @@ def policy_weights(trainer, q):
 
 
 def one_step(tiny_cfg, tiny_dir, mode, posterior_kl):
-    trainer = variational_trainer(tiny_cfg, tiny_dir, **MODES[mode], **{"variational.posterior_kl": posterior_kl})
+    trainer = variational_trainer(tiny_cfg, tiny_dir, **sets(mode, tiny_dir), **{"variational.posterior_kl": posterior_kl})
     m = trainer.train_step()
     q = trainer.stages[0].q
     return policy_weights(trainer, q), [p.detach().clone() for p in q.params], m
@@ -47,7 +52,7 @@ def test_policy_update_is_bit_identical_with_and_without_q_rows(tiny_cfg, tiny_d
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_q_step_touches_only_q_and_the_policy_step_only_the_policy(tiny_cfg, tiny_dir, mode):
-    trainer = variational_trainer(tiny_cfg, tiny_dir, **MODES[mode])
+    trainer = variational_trainer(tiny_cfg, tiny_dir, **sets(mode, tiny_dir))
     batch, scores, _ = trainer._collect()
     lb, _ = trainer._learn_batch(batch, scores)
     stage = trainer.stages[0]
@@ -72,7 +77,7 @@ def test_q_step_touches_only_q_and_the_policy_step_only_the_policy(tiny_cfg, tin
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_acc_estimator_samples_answers_from_the_policy_after_the_trace(tiny_cfg, tiny_dir, mode):
-    trainer = variational_trainer(tiny_cfg, tiny_dir, reward=CUE_JUDGE, **MODES[mode], **{"variational.num_answers": 2})
+    trainer = variational_trainer(tiny_cfg, tiny_dir, reward=CUE_JUDGE, **sets(mode, tiny_dir), **{"variational.num_answers": 2})
     stage = trainer.stages[0]
     q = stage.posterior(trainer.context)
     with torch.no_grad():  # q away from the policy, so that answers sampled from q would show
@@ -115,18 +120,18 @@ def test_acc_estimator_samples_answers_from_the_policy_after_the_trace(tiny_cfg,
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_checkpoint_carries_q_adapter_and_optimizer(tiny_cfg, tiny_dir, mode):
-    trainer = variational_trainer(tiny_cfg, tiny_dir, **MODES[mode])
+    trainer = variational_trainer(tiny_cfg, tiny_dir, **sets(mode, tiny_dir))
     trainer.train_step()
     q = trainer.stages[0].q
     assert q.optimizer.state  # q took a step: AdamW moments exist
     trainer.save()
-    resumed = variational_trainer(tiny_cfg, tiny_dir, **MODES[mode])
+    resumed = variational_trainer(tiny_cfg, tiny_dir, **sets(mode, tiny_dir))
     resumed.resume()
     q2 = resumed.stages[0].posterior(resumed.context)
     assert all(torch.equal(a, b) for a, b in zip(q.params, q2.params))
     s1, s2 = q.optimizer.state_dict()["state"], q2.optimizer.state_dict()["state"]
     assert s1.keys() == s2.keys()
     assert all(torch.equal(s1[k][key], s2[k][key]) for k in s1 for key in ("exp_avg", "exp_avg_sq", "step"))
-    fresh = variational_trainer(tiny_cfg, tiny_dir, **MODES[mode])
+    fresh = variational_trainer(tiny_cfg, tiny_dir, **sets(mode, tiny_dir))
     q3 = fresh.stages[0].posterior(fresh.context)
     assert any(not torch.equal(a, b) for a, b in zip(q2.params, q3.params))  # not a fresh adapter: the trained one

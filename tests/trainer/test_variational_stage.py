@@ -197,6 +197,8 @@ def test_load_time_checks_name_the_field():
         check_run(load_config(preset="variational", overrides=["verification.enabled=true"]))
     with pytest.raises(RunContractError, match="variational.answer_template"):
         check_run(load_config(preset="variational", overrides=["variational.answer_template=no cue"]))
+    with pytest.raises(RunContractError, match="variational.q_model='no/such-model'"):
+        check_run(load_config(preset="variational", overrides=["variational.q_model=no/such-model"]))
     with pytest.raises(RunContractError, match="distributed.learner=ddp"):
         check_run(load_config(preset="variational", overrides=["distributed.learner=fsdp"]))
     for bad in ("variational.q_lora_r=0", "variational.q_lr=0", "variational.num_answers=0"):

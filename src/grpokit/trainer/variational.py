@@ -82,6 +82,12 @@ def config_problem(cfg: Config) -> Optional[str]:
     if "{answer}" not in v.answer_template:
         return (f"variational.answer_template must contain {{answer}} (gml: the reference answer after the trace; acc: the "
                 f"text before it is the cue the policy answers from), got {v.answer_template!r}")
+    if v.q_model is not None:
+        from grpokit.model.loading import model_name_problem
+
+        problem = model_name_problem(v.q_model)
+        if problem:
+            return f"variational.q_model={v.q_model!r} (q's own base model): {problem}"
     if cfg.distributed.learner == "fsdp":
         return "variational.enabled samples and trains q on rank 0 only, which sharded learners cannot: set distributed.learner=ddp"
     if cfg.algorithm.loss not in WEIGHTED_SFT_LOSSES:
