@@ -3,7 +3,8 @@
 Requests are assigned to the worker with the fewest requests in flight (lowest index on ties,
 never the worker a re-issued request must avoid when another exists) and their results are
 taken in issue order, so the prompt order of training is the sampler's order whatever the
-workers' speeds. A worker that dies (``RayActorError``, ``WorkerCrashedError``) is replaced by
+workers' speeds. A worker that dies (``RayActorError``, ``WorkerCrashedError``, or Ray's
+memory monitor killing it: ``OutOfMemoryError``) is replaced by
 a fresh actor, at most ``distributed.max_restarts`` times per run, and every request it held
 is handed back to be re-issued.
 """
@@ -14,7 +15,10 @@ import logging
 from typing import Any, Optional
 
 import ray
-from ray.exceptions import RayActorError, WorkerCrashedError
+from ray.exceptions import OutOfMemoryError, RayActorError, WorkerCrashedError
+
+# a worker is lost: it died, or Ray's memory monitor killed it mid-request (OutOfMemoryError is no RayActorError)
+LOST = (RayActorError, WorkerCrashedError, OutOfMemoryError)
 
 from grpokit.config.schema import Config
 from grpokit.distributed.ledger import Request
@@ -59,7 +63,7 @@ class WorkerPool:
         ref, worker, req = self.in_flight.pop(oldest)
         try:
             return ray.get(ref), []
-        except (RayActorError, WorkerCrashedError) as exc:
+        except LOST as exc:
             log.warning("rollout worker %d died (%s): restarting it and re-issuing its prompts", worker, type(exc).__name__)
             lost = [req] + [r for _, w, r in self.in_flight.values() if w == worker]
             for r in lost[1:]:

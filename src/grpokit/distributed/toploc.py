@@ -23,9 +23,13 @@ Two schemes (``distributed.toploc_scheme``):
 
 Still simplified against the paper: the learner is the validator (no separate validator nodes);
 the prompt's own states ("prefill" proof) are not committed (the generated tokens' states depend
-on the prompt through attention); the state of the last generated token's
+on the prompt through attention, and with ``distributed.prompt_source: seeded`` the learner checks
+the prompt tokens themselves, :mod:`grpokit.distributed.prompt_draw`); the state of the last generated token's
 successor does not exist, so an edit of a row's last token is not covered by either scheme (as in
 TOPLOC). The sampling temperature is not covered: hidden states are computed before sampling.
+A one-token edit moves only part of a 32-token block: measured on SmolLM2-135M, 32-token blocks
+reject edits at tokens 0 and 10 of a block but not at 20, 8-token blocks all three
+(``docs/distributed.md``); ``toploc_block`` trades proof size for that sensitivity.
 
 Hidden state h_t (the one whose logits sample completion token t) is the last entry of
 ``output_hidden_states`` (after the final norm) at sequence index ``P + t - 1`` of
