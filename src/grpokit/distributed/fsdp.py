@@ -22,7 +22,10 @@ batch) with three differences:
    frees it after, so rank 0's forwards need no collective (generation memory = the full
    parameters once, 1/4 of fp32 training state).
 
-The frozen reference and teacher models stay whole on each rank (no gradient, no optimizer
+With LoRA (``model.lora.enabled``) the frozen base weights and the adapter are sharded alike (only
+the adapter has gradients and AdamW state); the reference is the policy with its adapter
+disabled, so it is sharded too, and checkpoints hold the adapter folder as a single process saves it.
+Otherwise the frozen reference and teacher models stay whole on each rank (no gradient, no optimizer
 state: 4 bytes per parameter against the 16 of the trained copy); they never run FSDP code.
 Checkpoints (:func:`save_shards`, :func:`load_shards`) go through ``torch.distributed.checkpoint``:
 each rank writes its shards of the model and optimizer state, and a run on any number of ranks —
@@ -37,6 +40,7 @@ import contextlib
 import logging
 import os
 import shutil
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -63,7 +67,7 @@ def sharding_problem(cfg: Any) -> Optional[str]:
     refusals = [
         (cfg.stage != "grpo", f"stage={cfg.stage}: the offline trainer has no sharded learner; set distributed.learner=ddp"),
         (d.rollout_workers > 0, "distributed.rollout_workers > 0: the Ray rollout workers take weights from one whole learner; set distributed.rollout_workers=0 or distributed.learner=ddp"),
-        (cfg.model.lora.enabled, "model.lora.enabled: a LoRA adapter's few weights need no sharding; set distributed.learner=ddp (or model.lora.enabled=false)"),
+        (cfg.model.lora.enabled and cfg.model.lora.save_merged, "model.lora.save_merged: merging needs the whole model in one process; set it to false and merge the saved adapter afterwards"),
         (cfg.rollout.backend == "vllm", "rollout.backend=vllm: the engine loads whole weights, not shards; set rollout.backend=hf or distributed.learner=ddp"),
         (cfg.train.sequence_chunk > 0, "train.sequence_chunk > 0: StreamBP's chunk count follows each rank's lengths, so the ranks' collectives would not line up; set train.sequence_chunk=0"),
         (cfg.algorithm.ref_sync_every > 0, "algorithm.ref_sync_every > 0: the whole reference cannot copy sharded weights yet; set algorithm.ref_sync_every=0 or distributed.learner=ddp"),
@@ -220,7 +224,10 @@ def load_shards(model: torch.nn.Module, optimizer: torch.optim.Optimizer, folder
 
     model_state, optim_state = get_state_dict(model, optimizer)  # the target layout: this run's shards (or whole tensors)
     state = {"model": model_state, "optimizer": optim_state}
-    dcp.load(state, checkpoint_id=str(folder))
+    alone = not torch.distributed.is_initialized()  # one plain process resuming: DCP reads every shard itself
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)  # intended
+        dcp.load(state, checkpoint_id=str(folder), no_dist=alone)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
 
