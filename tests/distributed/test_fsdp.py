@@ -104,6 +104,14 @@ def test_two_sharded_learners_match_one_process(runs):
     torch.testing.assert_close(model.model.embed_tokens.weight.detach(), one["model.embed_tokens.weight"], rtol=0, atol=1e-5)
 
 
+def test_a_sharded_checkpoint_without_its_index_is_incomplete(runs, tmp_path):
+    root, _ = runs
+    ckpt = tmp_path / "step-3"
+    shutil.copytree(root / "two" / "checkpoints" / "step-3", ckpt)
+    (ckpt / "dcp" / ".metadata").unlink()  # shards without DCP's index: what a crash in the middle of dcp.save leaves
+    assert checkpoint_problem(ckpt) == "missing dcp/.metadata"
+
+
 @pytest.mark.slow
 def test_kill_9_then_resume_continues_exactly(runs, killed, tmp_path):
     root, tiny = runs

@@ -141,8 +141,10 @@ def checkpoint_problem(ckpt: Path) -> Optional[str]:
     ``torch.save`` files loadable (memory-mapped: their structure is read, not their tensors).
     """
     weights, missing = _weight_files(ckpt)
-    sharded = (ckpt / SHARDS / ".metadata").is_file()  # DCP's index, written last
+    sharded = (ckpt / SHARDS).is_dir()
     missing += [f for f in STATE_FILES if not (ckpt / f).is_file() and not (sharded and f == "optimizer.pt")]
+    if sharded and not (ckpt / SHARDS / ".metadata").is_file():  # DCP's index, written after every shard
+        missing.append(f"{SHARDS}/.metadata")
     if missing:
         return f"missing {', '.join(missing)}"
     from safetensors import safe_open
