@@ -64,7 +64,12 @@ def sharding_problem(cfg: Any) -> Optional[str]:
     if "WORLD_SIZE" not in os.environ:
         return ("distributed.learner=fsdp shards the model over torchrun learners: launch "
                 "`torchrun --nproc_per_node N -m grpokit.cli train ...` or set distributed.learner=ddp")
+    from grpokit.registries import get_registry
+
+    gradient_combiner = "objective_grads" in get_registry("combiner").spec(cfg.reward_combiner.name).inputs
     refusals = [
+        (gradient_combiner, f"reward_combiner.name={cfg.reward_combiner.name}: its per-objective gradients are taken on rank 0 alone, where sharded weights cannot back-propagate; set distributed.learner=ddp"),
+        (cfg.variational.enabled, "variational.enabled: the posterior q is updated on rank 0 alone, where sharded weights cannot back-propagate; set distributed.learner=ddp"),
         (cfg.stage != "grpo", f"stage={cfg.stage}: the offline trainer has no sharded learner; set distributed.learner=ddp"),
         (d.rollout_workers > 0, "distributed.rollout_workers > 0: the Ray rollout workers take weights from one whole learner; set distributed.rollout_workers=0 or distributed.learner=ddp"),
         (cfg.model.lora.enabled and cfg.model.lora.save_merged, "model.lora.save_merged: merging needs the whole model in one process; set it to false and merge the saved adapter afterwards"),
