@@ -44,8 +44,8 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "grpokit.data.sql_task",  # text_to_sql
     "grpokit.data.ts_sql",  # ts_sql (TS-SQL-style plan-then-SQL records)
     "grpokit.data.mcq_task",  # clinical_mcq (CRPO)
-    "grpokit.families.vision_lm.tasks",  # vision_qa, video_qa
     "grpokit.data.safety_task",  # safety_prompts
+    "grpokit.families.vision_lm.tasks",  # vision_qa, video_qa
     "grpokit.editing.task",  # counterfactual_edits
     "grpokit.families.masked_diffusion.tasks",  # mdm_reverse, mdm_sort, mdm_add, mdm_countdown
     "grpokit.families.palette.images",  # palette_classes (Co-GRPO)
