@@ -1,7 +1,7 @@
 """README's and the docs pages' commands stay runnable: each one is checked without training anything.
 
 Every shell command of README.md and of docs/**/*.md (run from the repository root) that starts with ``grpokit``, ``python -m grpokit...``, ``make``
-or ``python benchmarks/...`` (also ``.venv/bin/python``), in its fenced code blocks and in its
+or ``python benchmarks/...`` (also ``.venv/bin/python``; ``torchrun ... -m grpokit.cli ARGS`` is checked as ``grpokit ARGS``), in its fenced code blocks and in its
 inline code spans, is checked the way its program would see it:
 
 - ``grpokit ...``: parsed by ``grpokit.cli.build_parser()`` (an unknown subcommand or flag
@@ -83,8 +83,17 @@ def _expand(argv: list[str]) -> list[list[str]]:
     return [argv]
 
 
+def _torchrun(argv: list[str]) -> list[str]:
+    """``torchrun [its flags] -m grpokit.cli ARGS`` is the command ``grpokit ARGS`` on every rank."""
+    if argv[:1] == ["torchrun"] and "-m" in argv:
+        at = argv.index("-m")
+        if argv[at + 1:at + 2] == ["grpokit.cli"]:
+            return ["grpokit", *argv[at + 2:]]
+    return argv
+
+
 def _split(text: str) -> list[str]:
-    return shlex.split(text.removeprefix("$ "), comments=True)
+    return _torchrun(shlex.split(text.removeprefix("$ "), comments=True))
 
 
 def _elided(argv: list[str], inline: bool) -> bool:
@@ -112,7 +121,7 @@ def readme_commands(text: str, page: str = "README.md") -> list[Command]:
             pending += stripped[:-1] + " "
             continue
         line, pending = pending + stripped, ""
-        argv = _split(line) if _program(line.removeprefix("$ ").split()[:3]) else []
+        argv = _split(line) if _program(_torchrun(line.removeprefix("$ ").split())[:3]) else []
         if _program(argv) is None or _elided(argv, inline=False):
             continue
         following = lines[no].strip() if no < len(lines) else ""
