@@ -21,7 +21,7 @@ class CountLetters(gymnasium.Env):
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         self.t, self.row = 0, options["row"]
-        return f"Say many a's about: {self.row['prompt']}", {}
+        return f"Say many a's about: {self.row['prompt']}", {"topic_len": len(self.row["prompt"])}
 
     def step(self, action):
         self.t += 1
@@ -34,7 +34,7 @@ gymnasium.register(id="grpokit-test/CountLetters-v0", entry_point=CountLetters)
 
 def test_the_adapter_passes_the_row_and_maps_gymnasium_tuples():
     env = environment_factory("gymnasium")(id="grpokit-test/CountLetters-v0", kwargs={"turns": 2})
-    assert env.reset({"prompt": "cats"}, seed=3) == "Say many a's about: cats"
+    assert env.reset({"prompt": "cats"}, seed=3) == ("Say many a's about: cats", {"topic_len": 4})  # gymnasium's info kept
     first = env.step("banana")
     assert (first.observation, first.reward, first.terminated, first.truncated) == ("turn 1 done", 3.0, False, False)
     last = env.step("x")
@@ -65,5 +65,8 @@ def test_a_gymnasium_environment_trains_end_to_end_on_the_tiny_model(tmp_path):
     assert scores.per_reward["env_return"].tolist() == [float(c) for c in counts]
     last_said_a = [float("a" in [m for m in ep["messages"] if m["role"] == "assistant"][-1]["content"]) for ep in batch.episodes]
     assert scores.per_reward["env_info"].tolist() == last_said_a  # info["is_success"]: True -> 1.0, False -> 0.0
+    # reset()'s info reaches env_info and the metrics as a step's does (steps never set topic_len)
+    assert [ep["env_info"]["topic_len"] for ep in batch.episodes] == [len(row["prompt"]) for row in batch.rows]
     metrics = trainer.train_step()
     assert metrics["env/turns"] == 3 and "env/as" in metrics and 0.0 <= metrics["env/is_success"] <= 1.0
+    assert metrics["env/topic_len"] > 0

@@ -92,7 +92,7 @@ def test_file_and_module_specs_name_a_class_without_a_registration_module(tmp_pa
     monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
     for spec in ("user_hotcold_env.py:Game", "user_hotcold_env:Game"):  # the module: the working folder is importable
         env = environment_factory(spec)()
-        assert env.reset({"prompt": "p"}, 3) == "start"
+        assert env.reset({"prompt": "p"}, 3) == ("start", {})  # gymnasium's (observation, info)
         step = env.step("a")
         assert (step.reward, step.terminated, step.observation) == (1.0, True, "")  # gymnasium's tuple, through the adapter
 

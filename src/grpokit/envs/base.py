@@ -3,7 +3,7 @@
 Gymnasium's contract with text in place of arrays (Towers et al., "Gymnasium: A Standard
 Interface for Reinforcement Learning Environments", arXiv 2407.17032):
 
-    reset(row, seed)     -> observation
+    reset(row, seed)     -> observation, or gymnasium's (observation, info)
     step(action_text)    -> StepResult(observation, reward, terminated, truncated, info)
 
 ``row`` is the dataset row the episode is for (its prompt, answer and any other columns), so
@@ -60,11 +60,25 @@ class StepResult:
         raise TypeError(f"step() must return a StepResult or a 5-tuple, got {type(value).__name__}")
 
 
+def reset_result(value: Any) -> tuple[Observation, dict[str, Any]]:
+    """``(observation, info)`` of what ``reset`` returned: an observation, or gymnasium's ``(observation, info)`` pair.
+
+    An observation is text or a list of messages, never a tuple, so the pair is unambiguous; the
+    info reaches the rewards and metrics as a step's info does (``env_info``, ``env/<key>``).
+    """
+    if isinstance(value, tuple):
+        if len(value) != 2 or not isinstance(value[1], dict):
+            raise TypeError("reset() must return an observation or an (observation, info dict) pair, "
+                            f"got a tuple of {len(value)}")
+        return value[0], dict(value[1])
+    return value, {}
+
+
 class Environment(Protocol):
     """A text environment for one episode (see the module docstring); an optional ``close()`` is
     called when the episode's batch is done (a server session, a subprocess)."""
 
-    def reset(self, row: dict[str, Any], seed: Optional[int] = None) -> Observation: ...
+    def reset(self, row: dict[str, Any], seed: Optional[int] = None) -> Observation | tuple[Observation, dict[str, Any]]: ...
 
     def step(self, action: str) -> StepResult: ...
 

@@ -100,7 +100,7 @@ def rows_problem(cfg: Any, splits: dict[str, list[dict]], sample: int = 3) -> Op
         problem = _answer_reward(cfg)
         if problem:
             return problem
-    from grpokit.envs.base import environment_factory, environment_label
+    from grpokit.envs.base import environment_factory, environment_label, reset_result
 
     own = {row.get("environment") for rows in splits.values() for row in rows}
     if own and None not in own and "" not in own and e.name not in own:  # every row plays its own: environment.name plays none
@@ -130,7 +130,7 @@ def rows_problem(cfg: Any, splits: dict[str, list[dict]], sample: int = 3) -> Op
                                 "needs reset(row, seed) and step(action) (grpokit.envs.base), or is a gymnasium.Env")
                     built[key] = outcome.value
                 seed = e.heldout_seed if split == "heldout" else 0
-                outcome = call_all([lambda env=built[key], r=row: env.reset(r, seed)], e.step_timeout_s)[0]
+                outcome = call_all([lambda env=built[key], r=row: reset_result(env.reset(r, seed))[0]], e.step_timeout_s)[0]
                 if not outcome.ok:
                     return (f"{label} cannot start an episode from {split} row {i} ({_why(outcome, e)}): "
                             f"give the rows the columns it reads (data.task / data.path) or fix environment.name / environment.options")

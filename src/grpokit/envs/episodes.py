@@ -32,7 +32,7 @@ from typing import Any, Optional
 import torch
 
 from grpokit.data.chat import render_prompt
-from grpokit.envs.base import Message, StepResult, environment_factory, environment_label
+from grpokit.envs.base import Message, StepResult, environment_factory, environment_label, reset_result
 from grpokit.envs.info import episode_metrics  # noqa: F401  (re-exported: the trainer's env/* metrics)
 from grpokit.envs.info import episode_columns
 from grpokit.envs.pool import EnvironmentFailure, call_all, check_outcome
@@ -150,7 +150,9 @@ class EpisodeBackend:
         """Build ``ep``'s environment with ``environment.options`` and reset it (in a pool thread: an option the
         constructor refuses fails the episode, named, like a reset that raises)."""
         ep.env = factory(**self.env_cfg.options)
-        return ep.env.reset(row, seed)
+        observation, info = reset_result(ep.env.reset(row, seed))
+        ep.info.update(info)  # reset's info, as gymnasium's: later steps' values of the same key replace it
+        return observation
 
     def _decode_turn(self, episodes: list[_Episode], live: list[int], shared_group: int, params: SamplingParams):
         """Sampled ids, log-probs and entropies ``[len(live), T]`` of one turn of the ``live`` episodes."""

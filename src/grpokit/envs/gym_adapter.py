@@ -68,9 +68,10 @@ class GymnasiumEnv:
         raise TypeError(f"gymnasium env {self.id!r} observed a {type(observation).__name__} "
                         f"({self.env.observation_space}); grpokit's adapter carries text observations only")
 
-    def reset(self, row: dict[str, Any], seed: Optional[int] = None) -> Any:
-        observation, _ = self.env.reset(seed=seed, options={"row": row})
-        return self._text(observation)
+    def reset(self, row: dict[str, Any], seed: Optional[int] = None) -> tuple[Any, dict[str, Any]]:
+        """``(observation, info)``: gymnasium's reset info reaches ``env_info`` and the metrics as a step's does."""
+        observation, info = self.env.reset(seed=seed, options={"row": row})
+        return self._text(observation), dict(info or {})
 
     def step(self, action: str) -> StepResult:
         observation, reward, terminated, truncated, info = self.env.step(action)

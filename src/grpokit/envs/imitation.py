@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grpokit.envs.base import StepResult, environment_factory
+from grpokit.envs.base import StepResult, environment_factory, reset_result
 from grpokit.envs.templates import observation_messages
 
 
@@ -26,7 +26,7 @@ def expert_conversation(env: Any, row: dict[str, Any], observation_role: str = "
     observation), else the messages ``reset`` returned (e.g. the tools environment's system
     message with the tool schemas, then the question), as a multi-turn episode starts.
     """
-    first = env.reset(row, 0)
+    first, _ = reset_result(env.reset(row, 0))
     if first and not isinstance(first, list):
         raise ValueError("imitation rows need environments whose first observation is the row's prompt (reset returns '') "
                          "or a list of chat messages")
