@@ -35,6 +35,7 @@ def guess_cfg(tmp_path, *extra, rewards=SOLVED):
     (("environment.credit=reward_to_go", "reward_combiner.name=normalize_sum"), "use the fixed combiner"),
     (("environment.credit=reward_to_go", "rewards=[{name: env_info, kwargs: {key: solved}}]"), "add {name: env_return}"),
     (("environment.turn_discount=0.9",), "set environment.credit=reward_to_go or drop turn_discount"),
+    (("environment.options={max_guesses: 9}",), "max_guesses=9 exceeds environment.max_turns=8"),  # guesses never played
     (("environment.name=null", "data.task=arithmetic", "data.task_options={}", "rewards=[{name: answer_match}]",
       "eval.accuracy_reward=null"), "environment.options is set but environment.name is null"),
 ])

@@ -38,6 +38,9 @@ def environment_problem(cfg: Any) -> Optional[str]:
             ENVIRONMENTS.check_options(e.name, e.options, "environment.options")
         except ValueError as exc:
             return str(exc)
+        own_check = getattr(ENVIRONMENTS.get(e.name), "config_problem", None)  # options that clash with the episode caps
+        if callable(own_check) and own_check(e):
+            return own_check(e)
     if e.name == "tools":  # it runs model-written code: no sandbox here, or a tool the sandbox cannot import
         from grpokit.envs.tools import tools_problem
 

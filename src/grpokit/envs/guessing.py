@@ -40,6 +40,15 @@ class GuessNumber:
         self.max_guesses, self.turn_penalty = max_guesses, turn_penalty
         self.min_width, self.max_width = min_width, max_width  # the ranges of episodes it makes itself (no data)
 
+    @staticmethod
+    def config_problem(env_cfg: Any) -> Optional[str]:
+        """Why ``environment`` options clash (one line), or None: guesses beyond the turn cap would never be played."""
+        guesses = env_cfg.options.get("max_guesses", 6)
+        if guesses > env_cfg.max_turns:
+            return (f"environment.options.max_guesses={guesses} exceeds environment.max_turns={env_cfg.max_turns}, which ends "
+                    f"every episode first, so the guesses above it change nothing: set max_guesses <= max_turns or raise max_turns")
+        return None
+
     def reset(self, row: dict[str, Any], seed: Optional[int] = None) -> str:
         self.guesses, self.valid = 0, 0
         if is_placeholder(row):  # no data: the episode is drawn from its seed, as the guess_number task draws a row
