@@ -44,7 +44,7 @@ LOSS_ALTERNATIVES = {
 # options that do not change the gradient, with what happens to them instead
 LOSS_NO_GRADIENT = {
     ("papo", "aux_grad"): "refused at load (vision/checks.py): the masked pass is scored without gradient",
-    ("papo", "mask_entropy_coef"): "changes the loss value only while aux_logp is detached (the authors' default)",
+    ("papo", "mask_entropy_coef"): "refused at load unless aux_grad (config/methods.py, reads_if): aux_logp is detached",
 }
 ADV_ALTERNATIVES = {
     "grpo": {"scale": "batch", "clip": 0.5, "std_mode": "population", "std_eps": 0.5, "allow_singleton_groups": (True, {})},
@@ -75,7 +75,7 @@ def _batch():
     return LossInputs(
         logp=logp, old_logp=old, adv=adv, mask=mask, ref_logp=shift(0.5), entropy=torch.rand(b, t, generator=g),
         group_ids=group_ids, rewards=rewards, teacher_logp=shift(0.5), aux_logp=shift(0.5), plan_mask=plan,
-        verif_mask=verif, verif_adv=-adv,
+        verif_mask=verif, verif_adv=-adv, prev_logp=shift(0.3),
     )
 
 

@@ -111,6 +111,13 @@ def test_an_option_switched_off_by_another_is_refused():
     assert problem("algorithm.loss=kdrl", "algorithm.loss_options={kd_placement: loss, kd_estimator: k3}") is None
 
 
+def test_papo_mask_entropy_coef_without_a_gradient_through_the_masked_pass_is_refused():
+    # eta_2 multiplies the detached masked-image log-probs (the authors' RECOMPUTE_AUG_LOG_PROBS=False): no update
+    msg = problem("algorithm.loss=papo", "algorithm.loss_options={mask_entropy_coef: 0.03}")
+    assert msg.startswith("algorithm.loss_options.mask_entropy_coef is read by algorithm.loss 'papo' only when aux_grad")
+    assert problem("algorithm.loss=papo", "algorithm.loss_options={entropy_coef: 0.03}") is None
+
+
 def test_a_combiner_whose_step_scale_the_advantage_divides_out_is_refused():
     # hypervolume multiplies every reward of a step by one m; (mR - m mu) / (m sigma + eps) cancels it
     msg = problem("reward_combiner.name=hypervolume")

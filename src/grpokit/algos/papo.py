@@ -23,7 +23,8 @@ def perception_kl(logp: torch.Tensor, aux_logp: torch.Tensor) -> torch.Tensor:
     return torch.clamp(torch.expm1(d) - d, -10.0, 10.0)
 
 
-@POLICY_LOSSES.register("papo", inputs=("aux_logp", "entropy"), ratios=None)
+# eta_2 multiplies l^mask, which has no gradient unless aux_grad: set, it would change only the logged loss value
+@POLICY_LOSSES.register("papo", inputs=("aux_logp", "entropy"), ratios=None, reads_if={"mask_entropy_coef": ("aux_grad", (True,))})
 def papo_loss(
     inp: LossInputs,
     *,
@@ -49,7 +50,9 @@ def papo_loss(
 
     Defaults: gamma = 0.01; eta_1 = eta_2 = 0.03 (the DAPO scripts; the GRPO config turns
     double entropy off: set both to 0). ``aux_grad`` False detaches l^mask (the authors'
-    default: computed once before the update), so eta_2 then changes the value only.
+    default ``RECOMPUTE_AUG_LOG_PROBS=False``: computed once before the update), so eta_2 then
+    changes the loss value only, and a ``mask_entropy_coef`` set in ``loss_options`` without
+    ``aux_grad: true`` is refused at load.
     ``kl_clip`` c clips kappa to [0, c] (authors' optional feature). For text-only rows pass
     ``aux_logp = logp.detach()`` there (kappa = 0, zero perception gradient).
     Without ``inp.aux_logp`` all PAPO terms are absent and this is ``ppo_clip``.
