@@ -126,6 +126,8 @@ def test_kto_labels_from_csv_text(tmp_path):
         (["--stage", "dpo", "--set", "offline.loss=humanline_dpo", "--set", "offline.loss_options={log_eps_p: 0.5}"], "log_eps_p < 0 < log_eps_r"),
         (["--stage", "dpo", "--set", "offline.loss_options={gamma: 1}"], "['gamma'] is not an option of offline_loss 'dpo'"),
         (["--stage", "sft", "--set", "offline.ref_sync_every=1"], "offline.loss 'sft' uses no reference model"),
+        (["--stage", "dpo", "--set", "algorithm.beta=0.1", "--set", f"data.path={DATA / 'dpo_chat.jsonl'}"],
+         "algorithm.beta is set, but stage 'dpo' trains the offline objective"),  # DPO's beta is offline.beta
         (["--stage", "kto", "--set", "offline.loss=humanline_kto", "--set", "model.lora.enabled=true"], "offline.ref_sync_every needs a full fine-tune"),
     ],
 )

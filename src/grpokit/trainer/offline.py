@@ -50,6 +50,10 @@ def offline_spec(cfg: Config) -> Spec:
         raise RunContractError("stage 'grpo' is the online loop: use grpokit.trainer.loop.Trainer (grpokit train picks it)")
     off = cfg.offline
     name = off.loss or cfg.stage
+    unread = _algorithm_fields_set(cfg)
+    if unread:
+        raise RunContractError(f"algorithm.{unread[0]} is set, but stage '{cfg.stage}' trains the offline objective, which reads "
+                               "no algorithm.* field (its settings are offline.*): drop it or run stage=grpo")
     spec = OFFLINE_LOSSES.spec(name)
     if spec.stage != cfg.stage:
         fits = [n for n in OFFLINE_LOSSES.names() if OFFLINE_LOSSES.spec(n).stage == cfg.stage]
@@ -69,6 +73,14 @@ def offline_spec(cfg: Config) -> Spec:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise RunContractError("offline stages run in one process: launch without torchrun")
     return spec
+
+
+def _algorithm_fields_set(cfg: Config) -> list[str]:
+    """The ``algorithm.*`` fields ``cfg`` sets away from their defaults: the online loop's, read by no offline stage."""
+    from dataclasses import fields
+
+    default = type(cfg.algorithm)()
+    return [f.name for f in fields(default) if getattr(cfg.algorithm, f.name) != getattr(default, f.name)]
 
 
 def sync_period(cfg: Config, spec: Spec) -> int:
