@@ -159,7 +159,7 @@ def test_reg_grpo_group_statistics_leave_out_rows_without_tokens():
     # errors^2 = [0.0082973, 0.0476190, 0.0161616], sum 0.0720780; loss (1/4)(4/3) sum = 0.0240260
     # (the fault: the empty row's rho = 0 in the statistics -> mean 1/4, var 19/12, loss 0.04805)
     logp = torch.tensor([[2.0], [0.0], [-1.0], [0.9]], requires_grad=True)
-    inp = LossInputs(logp=logp, old_logp=torch.zeros(4, 1), adv=torch.tensor([1.0, 0.0, -1.0, 0.5]),
+    inp = LossInputs(logp=logp, old_logp=torch.zeros(4, 1), prev_logp=torch.zeros(4, 1), adv=torch.tensor([1.0, 0.0, -1.0, 0.5]),
                      mask=torch.tensor([[1.0], [1.0], [1.0], [0.0]]))
     per_tok, m = POLICY_LOSSES.get("reg_grpo")(inp, eps=1e-12)
     loss = SMTM(per_tok, inp.mask)
@@ -187,7 +187,8 @@ def test_a_row_without_tokens_leaves_its_group_as_if_absent(name):
         lp = logp.clone().requires_grad_(True)
         total = 0.0
         for rows, weight in parts:
-            inp = LossInputs(logp=lp[rows], old_logp=old[rows], adv=adv[rows], mask=mask[rows], group_ids=gid[rows])
+            inp = LossInputs(logp=lp[rows], old_logp=old[rows], prev_logp=old[rows], adv=adv[rows], mask=mask[rows],
+                             group_ids=gid[rows])
             total = total + weight * SMTM(loss_fn(inp)[0], mask[rows])
         total.backward()
         return float(total), lp.grad

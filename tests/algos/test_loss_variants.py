@@ -63,19 +63,20 @@ def test_reg_grpo_hand_computed():
     # rho = [0.1 + 0.2, -0.1 + 0] = [0.3, -0.1]; mean 0.1; unbiased var = (0.2^2 + 0.2^2) / 1 = 0.08
     # eps 0.01: sqrt(0.09) = 0.3 -> A_theta = [2/3, -2/3]; target [1, -1] -> (1/3)^2 each -> loss 1/9
     logp = leaf([[0.1, 0.2], [-0.1, 0.0]])
-    inp = LossInputs(logp=logp, old_logp=torch.zeros(2, 2), adv=torch.tensor([1.0, -1.0]), mask=torch.ones(2, 2))
+    inp = LossInputs(logp=logp, old_logp=logp.detach(), prev_logp=torch.zeros(2, 2), adv=torch.tensor([1.0, -1.0]), mask=torch.ones(2, 2))
     loss, _ = POLICY_LOSSES.get("reg_grpo")(inp, eps=0.01)
     assert float(SMTM(loss, inp.mask)) == pytest.approx(1 / 9, rel=1e-6)
 
 
 def test_reg_grpo_first_on_policy_update_is_finite_reinforce():
-    # rho = 0, var = 0: dL/drho_j = -2 A_j / (G sqrt(eps)) (sum A = 0); drho_j/dl_jt = m_jt
+    # the run's very first update (no earlier policy: prev = current): rho = 0, var = 0,
+    # dL/drho_j = -2 A_j / (G sqrt(eps)) (sum A = 0); drho_j/dl_jt = m_jt
     torch.manual_seed(0)
     logp = (torch.randn(4, 3) - 1).requires_grad_(True)
     mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]], dtype=torch.float32)
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
     eps = 1e-4
-    inp = LossInputs(logp=logp, old_logp=logp.detach(), adv=adv, mask=mask)
+    inp = LossInputs(logp=logp, old_logp=logp.detach(), prev_logp=logp.detach(), adv=adv, mask=mask)
     loss, _ = POLICY_LOSSES.get("reg_grpo")(inp, eps=eps)
     SMTM(loss, mask).backward()
     assert torch.isfinite(logp.grad).all()
@@ -85,15 +86,34 @@ def test_reg_grpo_first_on_policy_update_is_finite_reinforce():
         POLICY_LOSSES.get("reg_grpo")(inp, eps=0.0)
 
 
+def test_reg_grpo_first_update_of_a_batch_regresses_against_the_previous_iterations_policy():
+    # A batch's first update is on-policy (old = current), but pi_old is the policy one update behind:
+    # rho = logp - prev = [-1 + 1.2, -2 + 1.9, -0.5 + 0.5] = [0.2, -0.1, 0]; mean 1/30;
+    # centred [1/6, -2/15, -1/30]; unbiased var = (1/36 + 4/225 + 1/900) / 2 = 7/300 = 0.023333
+    # pred = centred / sqrt(7/300 + 1e-6) = [1.091066, -0.872853, -0.218213]; targets [1, -1, 0]
+    # errors^2 = [0.0082930, 0.0161664, 0.0476170] -> loss = sum / 3 = 0.0240255
+    logp = leaf([[-1.0], [-2.0], [-0.5]])
+    prev = torch.tensor([[-1.2], [-1.9], [-0.5]])
+    adv, mask = torch.tensor([1.0, -1.0, 0.0]), torch.ones(3, 1)
+    inp = LossInputs(logp=logp, old_logp=logp.detach(), prev_logp=prev, adv=adv, mask=mask)
+    loss, m = POLICY_LOSSES.get("reg_grpo")(inp, eps=1e-6)
+    SMTM(loss, mask).backward()
+    assert float(SMTM(loss, mask)) == pytest.approx(0.0240254774, rel=1e-5)
+    assert float(m["reg/rho_std"]) == pytest.approx(math.sqrt(7 / 300), rel=1e-4)
+    # a regression step (row 0 overshoots its target: its log-prob goes down), not the rescaled
+    # REINFORCE step of rho = 0, whose gradient here would be -2 A_j / (G sqrt(eps)) = [-666.7, 666.7, 0]
+    torch.testing.assert_close(logp.grad.flatten(), torch.tensor([0.311737, 0.623463, -0.935200]), rtol=1e-4, atol=1e-6)
+
+
 def test_reg_grpo_groups_are_independent_and_equal_reward_groups_skipped():
     torch.manual_seed(1)
     logp = torch.randn(4, 3) * 0.2 - 1
     old = logp + 0.05 * torch.randn(4, 3)
     mask = torch.ones(4, 3)
     fn = POLICY_LOSSES.get("reg_grpo")
-    both = LossInputs(logp=logp, old_logp=old, adv=torch.tensor([1.0, -1.0, 0.0, 0.0]), mask=mask,
+    both = LossInputs(logp=logp, old_logp=old, prev_logp=old, adv=torch.tensor([1.0, -1.0, 0.0, 0.0]), mask=mask,
                       group_ids=torch.tensor([7, 7, 3, 3]))
-    only_first = LossInputs(logp=logp[:2], old_logp=old[:2], adv=torch.tensor([1.0, -1.0]), mask=mask[:2])
+    only_first = LossInputs(logp=logp[:2], old_logp=old[:2], prev_logp=old[:2], adv=torch.tensor([1.0, -1.0]), mask=mask[:2])
     # group 3 has all-zero targets: contributes 0 but counts in B (4 rows vs 2)
     total = float(SMTM(fn(both)[0], mask))
     assert total == pytest.approx(float(SMTM(fn(only_first)[0], mask[:2])) / 2, rel=1e-6)

@@ -75,7 +75,7 @@ def _batch():
     return LossInputs(
         logp=logp, old_logp=old, adv=adv, mask=mask, ref_logp=shift(0.5), entropy=torch.rand(b, t, generator=g),
         group_ids=group_ids, rewards=rewards, teacher_logp=shift(0.5), aux_logp=shift(0.5), plan_mask=plan,
-        verif_mask=verif, verif_adv=-adv, prev_logp=shift(0.3),
+        verif_mask=verif, verif_adv=-adv, prev_logp=old,
     )
 
 

@@ -33,9 +33,15 @@ def preset_trainer(preset, tmp_path, *extra):
 
 
 def test_reg_grpo_preset_regresses_a_nonzero_log_ratio(tmp_path):
-    # mu = 1: old_logp = detached logp, rho = 0 for every row and var(rho) = 0 -> reg/rho_std = 0 (a
-    # scaled REINFORCE step). The preset's second update sees rho = logp_after_1 - logp_before != 0.
-    m = preset_trainer("reg_grpo", tmp_path).train_step()
+    # rho is taken against the policy one optimizer update behind (the previous iteration's pi_old),
+    # so even with mu = 1 (old_logp = detached logp) every batch after the run's first has rho != 0.
+    # The run's first update has no earlier policy: rho = 0 there (reg/rho_std = 0).
+    trainer = preset_trainer("reg_grpo", tmp_path)  # the preset: mu = 1, beta = 0.1 (a frozen reference copy)
+    first, second = trainer.train_step(), trainer.train_step()
+    assert first["reg/rho_std"] == 0.0, first
+    assert second["reg/rho_std"] > 1e-4 and math.isfinite(second["reg/sq_err"]), second
+    # with mu = 2 the second update of the first batch already sees a moved policy
+    m = preset_trainer("reg_grpo", tmp_path / "mu2", "algorithm.num_iterations=2").train_step()
     assert m["reg/rho_std"] > 0 and math.isfinite(m["reg/sq_err"]), m
 
 

@@ -57,7 +57,7 @@ def test_deepvideo_r1_trains_on_video_with_the_video_augmentation(tmp_path, tiny
     rows = trainer.splits.train
     assert all(len(r["video"]) == 4 and "images" not in r for r in rows)
     metrics = trainer.train_step()
-    assert metrics["learn/updates"] == 2  # Reg-GRPO's two updates per batch
+    assert metrics["learn/updates"] == 1  # mu = 1: rho is taken against the policy one update behind
     assert metrics["vision/video_tokens"] == 8  # 4 frames of 56 px: 2 temporal x 2 x 2 merged patches
 
 

@@ -51,6 +51,8 @@ class LossInputs:
     adv:       [B] or [B, T] advantages, no gradient
     mask:      [B, T] 1 = token counts in the loss
     ref_logp:  [B, T] log pi_ref, optional, no gradient
+    prev_logp: [B, T] log-probs under the policy one optimizer update behind the batch's first
+               update (the previous iteration's pi_old; reg_grpo), optional, no gradient
     entropy:   [B, T] policy entropy per position, optional
 
     Optional inputs of particular variants (a loss whose extra input is absent drops the term
@@ -79,6 +81,7 @@ class LossInputs:
     adv: torch.Tensor
     mask: torch.Tensor
     ref_logp: Optional[torch.Tensor] = None
+    prev_logp: Optional[torch.Tensor] = None
     entropy: Optional[torch.Tensor] = None
     group_ids: Optional[torch.Tensor] = None
     rewards: Optional[torch.Tensor] = None

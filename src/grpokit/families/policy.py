@@ -12,7 +12,7 @@ adding a family.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Protocol
 
@@ -85,14 +85,18 @@ class ModulePolicy:
         return (p for p in self.module.parameters() if p.requires_grad)
 
     def role_module(self, role: str) -> tuple[torch.nn.Module, Any]:
-        """(module, context manager) that scores ``role``: 'current', 'reference' or 'teacher'.
+        """(module, context manager) that scores ``role``: 'current', 'previous', 'reference' or 'teacher'.
 
         The reference is the frozen copy (``self.reference``) when there is one, else for a LoRA
         (peft) module the module inside peft's ``disable_adapter()``, i.e. the base weights; a
         module with neither has no reference (scoring it as one would make every KL exactly 0).
+        'previous' is the module with the trainable weights of :meth:`snapshot_previous` swapped in
+        for the scoring (the current weights before any snapshot was taken).
         """
         if role == "current":
             return self.module, nullcontext()
+        if role == "previous":
+            return self.module, self._previous_weights()
         if role == "teacher":
             if getattr(self, "teacher", None) is None:
                 raise ValueError("no teacher model: set model.teacher")
@@ -103,7 +107,34 @@ class ModulePolicy:
             if hasattr(self.module, "peft_config"):
                 return self.module, self.module.disable_adapter()
             raise ValueError("the policy has no reference: it is built with a frozen copy (full fine-tune) or LoRA")
-        raise ValueError(f"unknown policy role '{role}': current, reference or teacher")
+        raise ValueError(f"unknown policy role '{role}': current, previous, reference or teacher")
+
+    def snapshot_previous(self) -> None:
+        """Keep a copy of the trainable weights as they are now: the 'previous' role until the next snapshot.
+
+        Called right before each optimizer update (``trainer.stages.PreviousPolicySnapshot``), so
+        'previous' is the policy one update behind. Costs one copy of the trainable parameters
+        (LoRA: the adapter; a full fine-tune: the whole model), on their own device.
+        """
+        self._previous = [p.detach().clone() for p in self.trainable_parameters()]
+
+    @contextmanager
+    def _previous_weights(self):
+        saved = getattr(self, "_previous", None)
+        if saved is None:  # no update yet: the previous policy is the current (initial) one
+            yield
+            return
+        params = list(self.trainable_parameters())
+        current = [p.detach().clone() for p in params]
+        try:
+            with torch.no_grad():
+                for p, w in zip(params, saved):
+                    p.copy_(w)
+            yield
+        finally:
+            with torch.no_grad():
+                for p, w in zip(params, current):
+                    p.copy_(w)
 
 
 class Policy(Protocol):
@@ -122,7 +153,7 @@ class Policy(Protocol):
         """G trajectories per condition, prompt-major, with behaviour log-probs and a unit mask."""
 
     def score(self, mb: RolloutBatch, role: str = "current") -> torch.Tensor:
-        """``[b, U]`` unit log-probs without gradient under ``role``: 'current', 'reference' or 'teacher'."""
+        """``[b, U]`` unit log-probs without gradient under ``role``: 'current', 'previous', 'reference' or 'teacher'."""
 
     def learn_forward(self, mb: RolloutBatch, *, with_entropy: bool, entropy_grad: bool) -> UnitForward:
         """Unit log-probs of a micro-batch with gradient, and the matching ``backward``."""

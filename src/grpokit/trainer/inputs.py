@@ -13,6 +13,7 @@ refuses a method whose input has no producer, and any option key its function do
 | domains        | the data's ``domain`` column                                          |
 | old_logp       | ``producers.score_inputs``: proximal log-probs (mu > 1), else detached |
 | ref_logp       | ``producers.score_inputs``: the reference role of the policy          |
+| prev_logp      | ``producers.score_inputs``: the 'previous' role (weights before the last update) |
 | teacher_logp   | ``producers.score_inputs``: the teacher role (``model.teacher``)      |
 | behaviour_logp | the sampler's recorded log-probs (``RolloutBatch.behaviour_logp``)    |
 | plan_mask      | ``spans.plan_mask`` (``algorithm.plan_delimiter``)                   |
@@ -123,7 +124,7 @@ def _aux(cfg: Config) -> Optional[str]:
 
 MISSING: dict[str, Missing] = {
     "group_ids": _always, "rewards": _always, "completion_ids": _always, "domains": _always,
-    "entropy": _entropy, "old_logp": _always, "ref_logp": _always, "behaviour_logp": _always,
+    "entropy": _entropy, "old_logp": _always, "prev_logp": _always, "ref_logp": _always, "behaviour_logp": _always,
     "teacher_logp": _teacher, "plan_mask": _plan, "verif_mask": _verification, "verif_adv": _verification,
     "constraint_kl": _always, "objective_grads": _always, "validation": _heldout, "aux_logp": _aux,
 }

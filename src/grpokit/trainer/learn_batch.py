@@ -18,7 +18,7 @@ from grpokit.rollout.types import RolloutBatch
 
 # Fields sliced as [rows] (per sample), [rows, :U] (per unit) or passed whole (scalars).
 PER_ROW = ("adv", "rewards", "verif_adv")
-PER_UNIT = ("mask", "token_weights", "behaviour_logp", "old_logp", "ref_logp", "teacher_logp", "aux_logp",
+PER_UNIT = ("mask", "token_weights", "behaviour_logp", "old_logp", "prev_logp", "ref_logp", "teacher_logp", "aux_logp",
             "plan_mask", "verif_mask")
 SCALAR = ("constraint_kl",)
 
@@ -34,6 +34,7 @@ class LearnBatch:
     behaviour_logp: [B, U] log-probs under the distribution that sampled each unit
     token_weights:  [B, U] per-unit weights multiplying the unit loss (None = all 1)
     old_logp:       [B, U] proximal policy (pre-update weights), recomputed when mu > 1
+    prev_logp:      [B, U] the policy one update behind the batch's first update (previous iteration)
     ref_logp:       [B, U] reference policy;  teacher_logp: [B, U] distillation teacher
     aux_logp:       [B, U] log-probs under a transformed condition (masked image)
     plan_mask:      [B, U] 1 = planning-span unit;  verif_mask: [B, U] 1 = self-verification unit
@@ -49,6 +50,7 @@ class LearnBatch:
     behaviour_logp: torch.Tensor
     token_weights: Optional[torch.Tensor] = None
     old_logp: Optional[torch.Tensor] = None
+    prev_logp: Optional[torch.Tensor] = None
     ref_logp: Optional[torch.Tensor] = None
     teacher_logp: Optional[torch.Tensor] = None
     aux_logp: Optional[torch.Tensor] = None

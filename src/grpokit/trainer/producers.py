@@ -18,7 +18,7 @@ from grpokit.trainer.learn_batch import LearnBatch
 from grpokit.trainer.spans import span_mask_through_text
 
 # Scored inputs: the policy role (and transformed condition) whose no-grad log-probs fill the field.
-SCORED_ROLES = {"old_logp": "current", "ref_logp": "reference", "teacher_logp": "teacher"}
+SCORED_ROLES = {"old_logp": "current", "prev_logp": "previous", "ref_logp": "reference", "teacher_logp": "teacher"}
 CONDITIONED = {"aux_logp": ("current", "masked")}  # PAPO: the same tokens under the masked image, before the update
 
 

@@ -301,14 +301,18 @@ def batch_stages(cfg: Config) -> list:
 
 
 def update_hooks(cfg: Config) -> list:
-    """Hooks run right before every optimizer update, as the config enables them (a reference that follows the policy).
+    """Hooks run right before every optimizer update, as the config enables them (a reference that follows the policy, the pre-update weights).
 
     Each is ``hook(trainer, update) -> list of scored input names it made stale``; ``update`` is
     the 1-based index of the update about to be applied.
     """
-    from grpokit.trainer.stages import ReferenceSync
+    from grpokit.trainer.inputs import needed_inputs
+    from grpokit.trainer.stages import PreviousPolicySnapshot, ReferenceSync
 
-    return [ReferenceSync(cfg.algorithm.ref_sync_every)] if cfg.algorithm.ref_sync_every else []
+    hooks: list = [ReferenceSync(cfg.algorithm.ref_sync_every)] if cfg.algorithm.ref_sync_every else []
+    if "prev_logp" in needed_inputs(cfg):  # a method reads the policy one update behind (Reg-GRPO)
+        hooks.append(PreviousPolicySnapshot())
+    return hooks
 
 
 def correction_for(cfg: Config, batch: Any, step: int) -> tuple[Any, dict[str, float]]:

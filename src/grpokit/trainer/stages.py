@@ -2,8 +2,9 @@
 
 Each stage is ``stage(ctx, lb, scores) -> (lb, metrics)`` and produces the inputs that the
 methods needing them declare (``verif_mask``/``verif_adv``, ``plan_mask``). :class:`ReferenceSync`
-is an update hook instead (``setup.update_hooks``): it keeps a role of the policy in step with
-the optimizer updates (a reference that follows the policy).
+and :class:`PreviousPolicySnapshot` are update hooks instead (``setup.update_hooks``): they keep
+a role of the policy in step with the optimizer updates (a reference that follows the policy,
+the weights before the last update).
 """
 
 from __future__ import annotations
@@ -112,3 +113,20 @@ class ReferenceSync:
             return []
         ctx.policy.sync_reference()
         return ["ref_logp"]
+
+
+class PreviousPolicySnapshot:
+    """Update hook (``setup.update_hooks``): before every optimizer update, keep the weights it starts from.
+
+    Produces the policy's 'previous' role, scored into ``prev_logp`` once before each batch's first
+    update: the policy one optimizer update behind, i.e. the previous iteration's pi_old (with
+    mu = 1, the policy that sampled the previous batch). Reg-GRPO regresses log pi_theta / pi_prev,
+    which is not identically 0 on a batch's first update (DeepVideo-R1, arXiv 2506.07464, §3.2
+    [inferred reading: the authors' code was not available]). Not rescored within a batch: pi_old
+    stays fixed for all mu updates of one iteration, as in the paper's per-iteration objective.
+    """
+
+    def __call__(self, ctx: StepContext, update: int) -> list[str]:
+        ctx.policy.snapshot_previous()
+        return []
+

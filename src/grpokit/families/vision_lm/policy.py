@@ -259,8 +259,8 @@ class VisionLMPolicy(ModulePolicy):
     @torch.no_grad()
     def score(self, mb: RolloutBatch, role: str = "current", condition: Optional[str] = None) -> torch.Tensor:
         """``[b, T]`` log-probs; ``condition='masked'``: under the rows' patch-blackened images (PAPO)."""
-        if role not in ("current", "reference"):
-            raise ValueError(f"the vision-language policy has no '{role}' role (current or reference)")
+        if role not in ("current", "previous", "reference"):
+            raise ValueError(f"the vision-language policy has no '{role}' role (current, previous or reference)")
         module, ctx = self.role_module(role)  # LoRA: the reference is the base weights, adapter disabled
         with ctx:
             logp, _ = self._forward(module, mb, self._inputs(mb, condition))
