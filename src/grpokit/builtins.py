@@ -44,6 +44,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "grpokit.data.sql_task",  # text_to_sql
     "grpokit.data.ts_sql",  # ts_sql (TS-SQL-style plan-then-SQL records)
     "grpokit.data.mcq_task",  # clinical_mcq (CRPO)
+    "grpokit.data.rewrite_task",  # prompt_rewrites and its demonstration writer (DPP-GRPO)
     "grpokit.data.safety_task",  # safety_prompts
     "grpokit.families.vision_lm.tasks",  # vision_qa, video_qa
     "grpokit.editing.task",  # counterfactual_edits

@@ -59,6 +59,7 @@ def test_every_task_has_a_dedicated_test():
     assert set(TASKS.names()) == {"arithmetic", "countdown", "sorting", "text_to_sql",
                                   "clinical_mcq", "safety_prompts",  # tests/data/test_mcq_task.py, test_safety_task.py
                                   "ts_sql",  # tests/data/test_ts_sql.py
+                                  "prompt_rewrites",  # tests/data/test_rewrite_task.py
                                   "guess_number", "tool_arithmetic", "text_navigation",  # these three: tests/envs
                                   "vision_qa", "video_qa",  # tests/vision
                                   "counterfactual_edits",  # tests/editing
