@@ -312,9 +312,16 @@ class TrainConfig:
     activation_checkpointing: bool = opt(False, "recompute each decoder layer in the backward instead of storing its activations (+1/3 learner FLOPs, a fraction of the memory); keeps the shared-prompt cache")
     skip_zero_advantage: bool = opt(True, "leave rows whose advantages are all 0 out of the forward/backward when that is exactly the same update (ppo_clip, beta = 0, no entropy terms, one learner)")
     sequence_chunk: int = opt(0, "StreamBP: backprop each micro-batch in chunks of this many completion tokens, exact gradients, less activation memory (0 = off)", ge=0)
+    streambp: str = opt("cache", "how train.sequence_chunk streams the backward (StreamBP, arXiv 2506.03077): cache = one no-grad forward keeps every layer's keys/values for the whole sequence, then the model is back-propagated chunk by chunk (one extra forward, no layer recompute); layer = the paper's scheme: every decoder layer checkpointed at its input and its backward recomputed and back-propagated chunk by chunk along the sequence, so only layer-boundary hidden states and one layer's keys/values are held (longest sequences; needs train.sequence_chunk > 0, includes activation checkpointing)", choices=["cache", "layer"])
     seed: int = opt(0, "seed of sampling and initialisation")
     reward_timeout_s: float = opt(120.0, "a reward call that takes longer fails, named in the error (0 = no limit)", ge=0)
     on_reward_error: str = opt("raise", "a reward that raises: stop ('raise') or score 0 and count ('zero')", choices=["raise", "zero"])
+
+    def streaming_problem(self) -> Optional[str]:
+        """The one-line error of a ``streambp`` setting that could not act, checked when a run loads; None if none."""
+        if self.streambp == "layer" and self.sequence_chunk == 0:
+            return "train.streambp=layer streams the backward in train.sequence_chunk rows: set train.sequence_chunk > 0 (e.g. 512) or train.streambp=cache"
+        return None
 
 
 @dataclass

@@ -26,6 +26,7 @@ import torch
 
 from grpokit.model.checkpointing import PrefixCache, checkpointed_layers
 from grpokit.model.chunked_head import head_logprobs
+from grpokit.model.streambp_layers import streamed_layers
 
 
 def token_logprobs_from_logits(
@@ -181,6 +182,13 @@ def _completion_logits_shared(
     return torch.cat([first_logits, rest], dim=1)
 
 
+def _layer_mode(decoder: torch.nn.Module, checkpoint: bool, stream_chunk: int):
+    """StreamBP's chunked layer backward (``stream_chunk`` > 0, checkpointing included), plain checkpointing, or neither."""
+    if stream_chunk:
+        return streamed_layers(decoder, stream_chunk)
+    return checkpointed_layers(decoder) if checkpoint else nullcontext()
+
+
 def _completion_hidden_shared(
     decoder: torch.nn.Module,
     prompt_ids: torch.Tensor,
@@ -190,13 +198,15 @@ def _completion_hidden_shared(
     group_ids: torch.Tensor,
     checkpoint: bool = False,
     prompt_stage: Optional[PromptStage] = None,
+    stream_chunk: int = 0,
 ) -> torch.Tensor:
     """Final hidden states ``[B, T, H]`` that predict each completion token, each prompt encoded once.
 
     ``checkpoint``: the completion forward (not the small prompt forward, which writes the cache)
     runs with per-layer activation checkpointing over a read-only :class:`PrefixCache`.
     ``prompt_stage``: cut the graph after the prompt forward; the caller runs
-    ``prompt_stage.backward()`` after its own backward (:class:`PromptStage`).
+    ``prompt_stage.backward()`` after its own backward (:class:`PromptStage`). ``stream_chunk``:
+    the completion layers checkpointed with StreamBP's chunked backward instead (:func:`_layer_mode`).
     """
     first, inverse = first_row_of_each_group(group_ids)
     p_ids, p_mask = prompt_ids[first], prompt_mask[first]  # [n, P]
@@ -216,9 +226,9 @@ def _completion_hidden_shared(
     cache.reorder_cache(inverse)  # differentiable expansion [n, ...] -> [B, ...]
     attention = torch.cat([prompt_mask, completion_mask[:, :-1]], dim=1)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, prompt_ids.shape[1] :]
-    if checkpoint:
+    if checkpoint or stream_chunk:
         cache = PrefixCache.of(cache)
-    with checkpointed_layers(decoder) if checkpoint else nullcontext():
+    with _layer_mode(decoder, checkpoint, stream_chunk):
         rest = decoder(
             input_ids=completion_ids[:, :-1], attention_mask=attention, position_ids=positions,
             use_cache=True, **{cache_kwarg(decoder): cache},
@@ -233,12 +243,13 @@ def _completion_hidden_full(
     completion_ids: torch.Tensor,
     completion_mask: torch.Tensor,
     checkpoint: bool = False,
+    stream_chunk: int = 0,
 ) -> torch.Tensor:
     """Final hidden states ``[B, T, H]`` from one forward over ``[prompt; completion]`` per row."""
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention = torch.cat([prompt_mask, completion_mask], dim=1)
     position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
-    with checkpointed_layers(decoder) if checkpoint else nullcontext():
+    with _layer_mode(decoder, checkpoint, stream_chunk):
         out = decoder(input_ids=input_ids, attention_mask=attention, position_ids=position_ids, use_cache=False)
     p, t = prompt_ids.shape[1], completion_ids.shape[1]
     return out.last_hidden_state[:, p - 1 : p + t - 1]
@@ -299,6 +310,7 @@ def completion_logprobs(
     fused_head: bool = True,
     checkpoint: bool = False,
     prompt_stage: Optional[PromptStage] = None,
+    stream_chunk: int = 0,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """log pi(o_t | q, o_<t) for every completion token, ``[B, T]`` (and entropy ``[B, T]``).
 
@@ -310,21 +322,25 @@ def completion_logprobs(
     decoder layer in the backward pass instead of storing its activations
     (:mod:`grpokit.model.checkpointing`; needs the hidden-state path). ``prompt_stage``
     (shared-prompt hidden-state path): two-stage backward, see :class:`PromptStage`; the caller
-    must call its ``backward()`` after back-propagating the loss.
+    must call its ``backward()`` after back-propagating the loss. ``stream_chunk`` > 0: each decoder
+    layer checkpointed at its input and its backward recomputed and back-propagated in chunks of
+    that many rows along the sequence (StreamBP, arXiv 2506.03077; :mod:`grpokit.model.streambp_layers`).
     """
     parts = decoder_and_head(model) if fused_head else None
     if parts is not None:
         decoder, weight = parts
         if share_prompt and group_ids is not None:
             hidden = _completion_hidden_shared(
-                decoder, prompt_ids, prompt_mask, completion_ids, completion_mask, group_ids, checkpoint, prompt_stage
+                decoder, prompt_ids, prompt_mask, completion_ids, completion_mask, group_ids, checkpoint, prompt_stage, stream_chunk
             )
         else:
-            hidden = _completion_hidden_full(decoder, prompt_ids, prompt_mask, completion_ids, completion_mask, checkpoint)
+            hidden = _completion_hidden_full(decoder, prompt_ids, prompt_mask, completion_ids, completion_mask, checkpoint, stream_chunk)
         return masked_head_logprobs(
             hidden, weight, completion_ids, completion_mask, temperature=temperature,
             with_entropy=with_entropy, entropy_grad=entropy_grad,
         )
+    if stream_chunk:
+        raise ValueError("train.streambp=layer needs a model whose LM head is a plain linear map (no LoRA on lm_head, no logit soft-capping): set train.streambp=cache or train.sequence_chunk=0")
     if checkpoint:
         raise ValueError("train.activation_checkpointing needs a model whose LM head is a plain linear map: set it to false")
     if share_prompt and group_ids is not None:

@@ -182,7 +182,7 @@ def check_run(cfg: Config) -> None:
             raise RunContractError(str(exc)) from None
     from grpokit.config.methods import method_problem  # a field the chosen methods would ignore or misread
 
-    problem = method_problem(cfg)
+    problem = method_problem(cfg) or cfg.train.streaming_problem()
     if problem is not None:
         raise RunContractError(problem)
     if cfg.data.demonstrations and cfg.stage != "sft":

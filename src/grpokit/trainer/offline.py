@@ -72,6 +72,8 @@ def offline_spec(cfg: Config) -> Spec:
         raise RunContractError("offline.batch_size must be >= 2 for KTO: its reference point pairs each prompt with another row's completion")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise RunContractError("offline stages run in one process: launch without torchrun")
+    if cfg.train.streaming_problem():
+        raise RunContractError(cfg.train.streaming_problem())
     return spec
 
 

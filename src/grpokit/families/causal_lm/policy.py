@@ -5,7 +5,8 @@ cache and, on CPU, the fused decoder; or vLLM). Scoring is one forward per micro
 prompt encoded once per group and a chunked log-softmax head; learning adds the two-stage
 backward of the shared prompt (``PromptStage``) or StreamBP's sequence-chunked exact backward
 ("StreamBP: Memory-Efficient Exact Backpropagation for Long Sequence Training of LLMs",
-arXiv 2506.03077) and activation checkpointing.
+arXiv 2506.03077) -- over a kept KV cache (``train.streambp=cache``) or the paper's per-layer
+recompute inside checkpointing (``layer``) -- and activation checkpointing.
 """
 
 from __future__ import annotations
@@ -24,19 +25,24 @@ class CausalLMPolicy(ModulePolicy):
     """A transformers causal LM (optionally LoRA), its tokenizer, a sampler and frozen reference / teacher.
 
     temperature: learner logits are divided by it (as the sampler did); sequence_chunk > 0:
-    StreamBP chunks of that many tokens; checkpoint: recompute decoder layers in the backward.
+    StreamBP chunks of that many tokens, streamed over a kept KV cache (streambp 'cache',
+    :mod:`grpokit.model.streambp`) or layer by layer inside checkpointing ('layer',
+    :mod:`grpokit.model.streambp_layers`); checkpoint: recompute decoder layers in the backward.
     The reference is a frozen copy, or for LoRA the policy with its adapter disabled.
     """
 
     def __init__(
         self, module: torch.nn.Module, tokenizer: Any, backend: Any, *, reference: Optional[torch.nn.Module] = None,
         teacher: Optional[torch.nn.Module] = None, temperature: float = 1.0, sequence_chunk: int = 0,
-        checkpoint: bool = False, use_reference: bool = False,
+        streambp: str = "cache", checkpoint: bool = False, use_reference: bool = False,
     ) -> None:
         self.module, self.tokenizer, self.backend = module, tokenizer, backend
         self.reference, self.teacher = reference, teacher
         self.use_reference = use_reference  # the run needs reference log-probs
         self.temperature, self.sequence_chunk, self.checkpoint = temperature, sequence_chunk, checkpoint
+        if streambp not in ("cache", "layer"):
+            raise ValueError(f"train.streambp={streambp!r}: choose cache or layer")
+        self.streambp = streambp
         self.logprobs = completion_logprobs  # a sharded learner runs it as a forward of the FSDP root (grpokit.distributed.fsdp)
         self.split_prompt_backward = True  # PromptStage; off when sharded (its second backward reads the root's weights)
         self.capabilities = self.capabilities_for(getattr(backend, "engine", "hf"))
@@ -80,7 +86,7 @@ class CausalLMPolicy(ModulePolicy):
     # ------------------------------------------------------------------ learning
     def learn_forward(self, mb: RolloutBatch, *, with_entropy: bool, entropy_grad: bool) -> UnitForward:
         tensors = (mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask)
-        if self.sequence_chunk > 0:  # StreamBP phase 1: no-grad log-probs as leaves
+        if self.sequence_chunk > 0 and self.streambp == "cache":  # StreamBP phase 1: no-grad log-probs as leaves
             logp, entropy, stream = streamed_forward(
                 self.module, *tensors, group_ids=mb.group_ids, chunk=self.sequence_chunk,
                 temperature=self.temperature, with_entropy=with_entropy or entropy_grad,
@@ -98,9 +104,10 @@ class CausalLMPolicy(ModulePolicy):
 
             return UnitForward(logp, entropy, backward)
         prompt_stage = PromptStage() if self.split_prompt_backward else None  # the shared prompt's graph is back-propagated second
+        streamed = {"stream_chunk": self.sequence_chunk} if self.sequence_chunk > 0 else {}  # streambp 'layer'
         logp, entropy = self.logprobs(
             self.module, *tensors, group_ids=mb.group_ids, temperature=self.temperature,
-            with_entropy=with_entropy, entropy_grad=entropy_grad, checkpoint=self.checkpoint, prompt_stage=prompt_stage,
+            with_entropy=with_entropy, entropy_grad=entropy_grad, checkpoint=self.checkpoint, prompt_stage=prompt_stage, **streamed,
         )
 
         def backward(loss: torch.Tensor) -> None:
