@@ -45,6 +45,16 @@ def test_vision_builds_same_seed_same_fingerprint_other_seed_another(tmp_path):
     assert fp.main([str(tmp_path / "a")]) == 0
 
 
+def test_a_vision_build_that_did_not_learn_to_see_is_refused_not_saved(tmp_path, monkeypatch):
+    """A clean phase ending above BLIND_LOSS (0.69 = the answer prior) is a blind model: no folder is written."""
+    from grpokit.families.vision_lm import pretrain
+
+    monkeypatch.setattr(pretrain, "BLIND_CHECK_STEPS", 2)  # judge this 4-step build's clean phase (loss ~4, untrained)
+    with pytest.raises(RuntimeError, match="did not learn to read its images"):
+        pretrain.build(tmp_path / "blind", seed=0, **{**TINY, "clean_steps": 3})
+    assert not (tmp_path / "blind").exists()
+
+
 def test_loader_logs_the_fingerprint(tmp_path, caplog):
     from grpokit.families.vision_lm.loading import load_vision_model
     from grpokit.families.vision_lm.pretrain import build
