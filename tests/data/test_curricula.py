@@ -29,7 +29,7 @@ def test_registry_names():
 
 def test_routing_matches_spec_example():
     # Buffer (0.2, 0.9, 0.6, 0.7): mean 0.6. ΔR = 0.6 − R̄: 0.4 (hint), −0.3 (perturb), 0 (none).
-    cur = CURRICULA.get("difficulty_augmentation")()
+    cur = CURRICULA.get("difficulty_augmentation")(hint="method")
     rows = _rows("What is 47 * 23?", "What is 12 + 30?", "mid", "other", answers=["1081", "42", "5", "7"])
     cur.observe(rows, [0.2, 0.9, 0.6, 0.7])
     assert cur.buffer_mean() == pytest.approx(0.6)
@@ -50,7 +50,7 @@ def test_routing_matches_spec_example():
 
 
 def test_unseen_prompt_and_observation_credit_to_source():
-    cur = CURRICULA.get("difficulty_augmentation")(window=3)
+    cur = CURRICULA.get("difficulty_augmentation")(window=3, hint="method")
     assert cur.transform(_rows("new"), random.Random(0))[0]["prompt"] == "new"
     cur.observe(_rows("a", "b"), [0.0, 1.0])  # buffer mean 0.5; a is hard
     hinted = cur.transform(_rows("a", answers=["123"]), random.Random(0))[0]
@@ -62,7 +62,7 @@ def test_unseen_prompt_and_observation_credit_to_source():
 
 
 def test_measure_augmented_off_and_prompt_ema():
-    cur = CURRICULA.get("difficulty_augmentation")(measure_augmented=False, prompt_ema=0.5)
+    cur = CURRICULA.get("difficulty_augmentation")(measure_augmented=False, prompt_ema=0.5, hint="method")
     cur.observe(_rows("a"), [0.0])
     cur.observe([{"prompt": "a\nHint", SOURCE_KEY: "a"}], [1.0])
     assert cur.difficulty["a"] == 0.0 and len(cur.buffer) == 2
@@ -82,7 +82,7 @@ def test_hint_fraction_grows_with_difficulty():
 
 
 def test_hard_row_without_answer_is_counted_not_changed():
-    cur = CURRICULA.get("difficulty_augmentation")()
+    cur = CURRICULA.get("difficulty_augmentation")(hint="method")
     rows = [{"prompt": "x"}, {"prompt": "y"}]
     cur.observe(rows, [0.0, 1.0])
     assert cur.transform(rows[:1], random.Random(0))[0] is rows[0]
@@ -101,7 +101,7 @@ def test_perturbation_keeps_answer_and_scales_noise():
 
 def test_custom_builders_are_used():
     cur = CURRICULA.get("difficulty_augmentation")(
-        hint_builder=lambda row, f, rng: "H" + "+" * round(f * 8),
+        hint="method", hint_builder=lambda row, f, rng: "H" + "+" * round(f * 8),
         perturber=lambda row, f, rng: {**row, "prompt": row["prompt"].upper()},
     )
     rows = _rows("hard", "easy")
@@ -111,12 +111,12 @@ def test_custom_builders_are_used():
 
 
 def test_difficulty_state_round_trip_is_json():
-    cur = CURRICULA.get("difficulty_augmentation")(window=4)
+    cur = CURRICULA.get("difficulty_augmentation")(window=4, hint="method")
     rows = _rows("a", "b", answers=["55", "66"])
     cur.observe(rows, [0.0, 1.0])
     cur.transform(rows, random.Random(0))
     state = json.loads(json.dumps(cur.state_dict()))
-    again = CURRICULA.get("difficulty_augmentation")(window=4)
+    again = CURRICULA.get("difficulty_augmentation")(window=4, hint="method")
     again.load_state_dict(state)
     assert again.metrics() == cur.metrics() and again.difficulty == cur.difficulty
     assert again.transform(rows, random.Random(5)) == cur.transform(rows, random.Random(5))
@@ -126,7 +126,7 @@ def test_difficulty_rejects_bad_options():
     with pytest.raises(ValueError, match="window"):
         CURRICULA.get("difficulty_augmentation")(window=0)
     with pytest.raises(ValueError, match="group accuracies"):
-        CURRICULA.get("difficulty_augmentation")().observe(_rows("a"), [])
+        CURRICULA.get("difficulty_augmentation")(hint="method").observe(_rows("a"), [])
 
 
 # --- pass_rate_filter -------------------------------------------------------------------------
@@ -185,7 +185,7 @@ def test_leaking_hints_from_any_builder_are_refused():
     assert hint_leaks("Hint: the answer starts with 4.", "42", "What is 25 + 17?")  # 4 is no number of the question
     assert hint_leaks("Hint: add 14 and 28.", "42", "What is 14 + 28?")  # digits 1428 hold 42
     assert not hint_leaks("Hint: add 25 and 17.", "42", "What is 25 + 17?")  # digits 2517
-    cur = CURRICULA.get("difficulty_augmentation")(hint_builder=lambda row, f, rng: "Hint: it is 42.")
+    cur = CURRICULA.get("difficulty_augmentation")(hint="method", hint_builder=lambda row, f, rng: "Hint: it is 42.")
     rows = [{"prompt": "What is 25 + 17?", "answer": "42"}, {"prompt": "y", "answer": "1"}]
     cur.observe(rows, [0.0, 1.0])
     assert cur.transform(rows[:1], random.Random(0))[0] is rows[0]  # unchanged

@@ -19,7 +19,7 @@ def _digits(text):
 def test_curriculum_hints_do_not_leak_the_answer_digits(question):
     # every one equals 42; the hard branch hints at every difficulty f = ΔR = 0.1 .. 1.0
     for delta in (0.1, 0.4, 0.7, 1.0):
-        cur = CURRICULA.get("difficulty_augmentation")()
+        cur = CURRICULA.get("difficulty_augmentation")(hint="method")
         hard, other = {"prompt": question, "answer": "42", "task": "arithmetic"}, {"prompt": "x", "answer": "1"}
         cur.observe([hard, other], [0.0, 2 * delta])  # buffer mean = delta → ΔR(hard) = delta − 0 = delta
         out = cur.transform([hard], random.Random(0))[0]

@@ -59,6 +59,39 @@ def test_deepvideo_r1_trains_on_video_with_the_video_augmentation(tmp_path, tiny
     metrics = trainer.train_step()
     assert metrics["learn/updates"] == 1  # mu = 1: rho is taken against the policy one update behind
     assert metrics["vision/video_tokens"] == 8  # 4 frames of 56 px: 2 temporal x 2 x 2 merged patches
+    # the curriculum's rows of this step's draw, and the run's totals (no row was seen before: none changed)
+    assert (metrics["curriculum/hinted"], metrics["curriculum/perturbed"], metrics["curriculum/hinted_total"]) == (0, 0, 0)
+
+
+def test_deepvideo_r1_hints_come_from_the_policys_answer_conditioned_clips(tmp_path, tiny_vlm_dir):
+    from grpokit.data.curricula import SOURCE_KEY
+    from grpokit.data.trace_hints import reasoning_words, trace_prefix
+    from grpokit.trainer.loop import Trainer
+
+    torch.manual_seed(0)
+    trainer = Trainer(vision_cfg(tmp_path, tiny_vlm_dir, "deepvideo_r1", "rollout.max_new_tokens=8"))
+    cur = trainer.sampler.curriculum
+    drawn = []
+    sample = cur.traces.sampler  # the trainer bound the run's policy and rewards
+
+    def recording(rows, k):
+        drawn.append(sample(rows, k))
+        return drawn[-1]
+
+    cur.traces.bind(recording)
+    hard, easy = trainer.splits.train[:2]
+    cur.observe([hard, easy], [0.0, 1.0])  # buffer mean 0.5: ΔR(hard) = 0.5 -> f = 0.5
+    out = cur.transform([hard], random.Random(0))[0]
+    (traces,) = drawn[0]  # one hard row, 8 answer-conditioned clips of it, each with its reward
+    assert len(traces) == 8 and all(isinstance(t, str) and r in (0.0, 1.0) for t, r in traces)
+    best = max(range(8), key=lambda i: traces[i][1])
+    words = reasoning_words(traces[best][0], hard["answer"])
+    if words:  # the random model wrote words before (or without) the answer
+        assert out["prompt"] == f"{hard['prompt']}\nHint: {trace_prefix(words, 0.5)}" and out[SOURCE_KEY]
+        assert hard["answer"] not in out["prompt"].split("\n", 1)[1].lower().split()
+        assert cur.metrics()["hinted"] == 1
+    else:
+        assert out is hard and cur.metrics()["hint_unavailable"] == 1
 
 
 def test_papo_is_refused_on_a_text_policy_and_without_images(tmp_path, tiny_vlm_dir):

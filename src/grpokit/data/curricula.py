@@ -16,12 +16,12 @@ Rows are identified by their original "prompt" text (``prompt_key``).
 
 from __future__ import annotations
 
-import math
 import random
-import re
 from collections import deque
 from typing import Any, Callable
 
+from grpokit.data.text_hints import hint_leaks, reword_and_distract, worked_steps_hint  # noqa: F401 (re-exported)
+from grpokit.data.trace_hints import ANSWER_CUE, TraceHints, TraceSampler
 from grpokit.registry import Registry
 
 CURRICULA = Registry("curriculum")
@@ -29,15 +29,6 @@ CURRICULA = Registry("curriculum")
 SOURCE_KEY = "source_prompt"
 HintBuilder = Callable[[dict, float, random.Random], "str | None"]
 Perturber = Callable[[dict, float, random.Random], "dict | None"]
-
-_INTEGER = re.compile(r"^\s*(-?)(\d+)\s*$")
-_ARITHMETIC = re.compile(r"^What is (-?\d+) ([+\-*]) (-?\d+)\?$")
-_REWORDINGS = {
-    "+": ("Add {b} to {a}. What number do you get?", "Compute the sum of {a} and {b}."),
-    "-": ("Subtract {b} from {a}. What number do you get?", "Compute {a} minus {b}."),
-    "*": ("Multiply {a} by {b}. What number do you get?", "Compute the product of {a} and {b}."),
-}
-
 
 def prompt_key(row: dict) -> str:
     """The original prompt of ``row`` (before any curriculum changed it), with its ``id`` when it has one.
@@ -87,103 +78,6 @@ class Curriculum:
 # --- difficulty-aware augmentation (DeepVideo-R1) --------------------------------------------
 
 
-_DIGIT_RUN = re.compile(r"\d+")
-_ARITHMETIC_ANYWHERE = re.compile(r"(?<![\d.])(-?\d+) ([+\-*]) (-?\d+)(?![\d.])")
-_METHOD_STEPS = {  # worked method of each operator: words and the question's operands, never a computed number
-    ("+", 1): ("Start at {a}.", "Count up {b} more, one at a time."),
-    ("-", 1): ("Start at {a}.", "Count down {b}, one at a time."),
-    ("*", 1): ("{a} * {b} means {b} copies of {a} added together.", "Add the copies one at a time, keeping a running total."),
-    ("+", 2): ("Add the ones digits of {a} and {b} first.",
-               "If that sum is ten or more, keep its ones digit and carry one to the tens.",
-               "Then add the tens digits of {a} and {b}, plus any carry."),
-    ("-", 2): ("Subtract the ones digit of {b} from the ones digit of {a} first.",
-               "If it does not fit, borrow one ten from {a}.",
-               "Then subtract the tens digits, minus any borrowed ten."),
-    ("*", 2): ("Split {b} into its tens and its ones.", "Multiply {a} by each part.", "Add the two products."),
-}
-_TASK_STEPS = {
-    "sorting": ("Find the smallest of the numbers first.", "Write it down, cross it out, and repeat with the rest.",
-                "Separate the sorted numbers with commas."),
-    "countdown": ("Look for two of the numbers whose sum, difference or product gets close to the target.",
-                  "Then combine that result with the numbers that are left.",
-                  "Use every number at most once and check the value of the whole expression."),
-}
-
-
-def _digits(text: str) -> str:
-    return "".join(ch for ch in text if ch.isdigit())
-
-
-def hint_leaks(hint: str, answer: Any, question: str) -> bool:
-    """True when ``hint`` reveals anything of the gold ``answer``'s digits beyond the question itself.
-
-    The rule (both parts must hold for a safe hint): (1) every number written in the hint is a
-    number of the question (no intermediate results, no leading digits, no digit counts);
-    (2) the answer's digit string D (sign and separators dropped, e.g. "42" for 42, "123" for
-    "1, 2, 3") is not a substring of the hint's digit sequence (all its digits in order, other
-    characters removed), so D cannot appear even across adjacent operands ("14 + 28" reads
-    "1428", which holds "42"). A hint is not checked against an answer without digits.
-    """
-    allowed = set(_DIGIT_RUN.findall(question))
-    if any(run not in allowed for run in _DIGIT_RUN.findall(hint)):
-        return True
-    gold = _digits(str(answer)) if answer is not None else ""
-    return bool(gold) and gold in _digits(hint)
-
-
-def worked_steps_hint(row: dict, fraction: float, rng: random.Random) -> str | None:
-    """A hint: the first ``k = clip(ceil(fraction·n), 1, n)`` steps of the task's worked method.
-
-    Stand-in for the paper's hint (DeepVideo-R1 §3.3: a prefix of the best reasoning trace the
-    model writes with the gold answer in view) [inferred]: a fixed n-step method per task —
-    arithmetic "a op b" (single-digit operands: counting; larger ones: column steps), sorting
-    and countdown — that grows with |ΔR| and never states a computed number, so by
-    construction it passes :func:`hint_leaks`. When the question's operands would spell the
-    answer's digits (``14 + 28`` = 42), the operands are named in words instead. None for a row
-    of another task (the curriculum counts it as ``hint_unavailable``).
-    """
-    prompt = row["prompt"]
-    match = _ARITHMETIC_ANYWHERE.search(prompt)
-    steps: tuple[str, ...] | None = None
-    operands: tuple[str, str] = ("", "")
-    if match and row.get("task", "arithmetic") == "arithmetic":
-        a, op, b = match.groups()
-        width = 1 if max(len(a.lstrip("-")), len(b.lstrip("-"))) == 1 else 2
-        steps, operands = _METHOD_STEPS[(op, width)], (a, b)
-    elif row.get("task") in _TASK_STEPS:
-        steps = _TASK_STEPS[row["task"]]
-    if steps is None:
-        return None
-    k = min(max(math.ceil(fraction * len(steps)), 1), len(steps))
-    for a, b in (operands, ("the first number", "the second number")):
-        hint = "Hint: " + " ".join(step.format(a=a, b=b) for step in steps[:k])
-        if not hint_leaks(hint, row.get("answer"), prompt):
-            return hint
-    return None
-
-
-def reword_and_distract(
-    row: dict, strength: float, rng: random.Random, max_distractors: int = 3
-) -> dict | None:
-    """A harder copy of ``row``: same answer, reworded question plus irrelevant numbers.
-
-    A prompt of the arithmetic task's default form "What is a op b?" is reworded (same operands,
-    so "answer" stays valid); every prompt gets ``ceil(strength·max_distractors)`` irrelevant
-    numbers appended — the text analogue of the paper's noise whose scale grows with |ΔR|
-    [inferred]. Never changes "answer".
-    """
-    prompt = row["prompt"]
-    match = _ARITHMETIC.match(prompt.strip())
-    if match:
-        a, op, b = match.groups()
-        prompt = rng.choice(_REWORDINGS[op]).format(a=a, b=b)
-    n = math.ceil(min(max(strength, 0.0), 1.0) * max_distractors)
-    if n > 0:
-        noise = ", ".join(str(rng.randint(1, 99)) for _ in range(n))
-        prompt = f"{prompt} (Ignore these unrelated numbers: {noise}.)"
-    return {**row, "prompt": prompt}
-
-
 def modality_hint(row: dict, fraction: float, rng: random.Random) -> str | None:
     """Rows with images or video: a where-to-look hint (``grpokit.families.vision_lm.tasks.visual_hint``); text rows: :func:`worked_steps_hint`."""
     from grpokit.data.chat import is_visual
@@ -209,10 +103,14 @@ class DifficultyAugmentation(Curriculum):
     last ``window`` observed samples (W = 100, a count of samples); ``R̄(x)`` is prompt x's latest
     observed group mean (or an EMA with ``prompt_ema`` = α [inferred]). When the row is drawn:
 
-    - ΔR > margin (hard): ``prompt + "\\n" + hint_builder(row, f, rng)``, f = clip(|ΔR|/r_range, 0, 1)
-      (default :func:`modality_hint`: the worked method's first steps, or where to look in an
-      image / clip); a hint that :func:`hint_leaks` the gold answer's digits, from any builder,
-      is refused (row unchanged, counted in ``hint_refused``);
+    - ΔR > margin (hard): ``prompt + "\\n" + hint``, f = clip(|ΔR|/r_range, 0, 1). ``hint="trace"``
+      (the paper's): the first ⌈f·n⌉ words of the reasoning in the policy's best of
+      ``trace_samples`` answer-conditioned trajectories (:mod:`grpokit.data.trace_hints`; the
+      trainer binds the policy through :meth:`bind_policy`); ``hint="method"`` (grpokit's
+      [inferred]): ``hint_builder(row, f, rng)``, default :func:`modality_hint` (the worked
+      method's first steps, or where to look in an image / clip). A hint that :func:`hint_leaks`
+      the gold answer's digits is refused (row unchanged, counted in ``hint_refused``); a row
+      without one (no reasoning before the answer, no method) is counted in ``hint_unavailable``;
     - ΔR < −margin (easy): ``perturber(row, f, rng)`` (a changed copy, same "answer"; default
       :func:`modality_perturber`: reworded with distractors, or frames with Gaussian noise);
     - otherwise, or for a prompt never observed or before ``min_buffer`` samples: unchanged.
@@ -220,6 +118,11 @@ class DifficultyAugmentation(Curriculum):
     ``margin`` (default 1e-6, absorbs float error) and ``min_buffer`` are [inferred].
     ``measure_augmented=False`` credits only unaugmented observations to R̄(x) (the paper
     measures the original prompt each step, which draw-time augmentation cannot) [inferred].
+    ``trace_samples`` (8, the paper's G [inferred]) and ``answer_cue`` ("The answer is
+    {answer}." [inferred]) shape the trace hint. Metrics: ``hinted`` / ``perturbed`` count the
+    rows of the current step's draw (for video rows a perturbation is frame noise),
+    ``hinted_total`` / ``perturbed_total`` the whole run; ``unchanged``, ``hint_unavailable``,
+    ``hint_refused`` are run totals.
     """
 
     def __init__(
@@ -230,9 +133,17 @@ class DifficultyAugmentation(Curriculum):
         min_buffer: int = 1,
         prompt_ema: float | None = None,
         measure_augmented: bool = True,
+        hint: str = "trace",
+        trace_samples: int = 8,
+        answer_cue: str = ANSWER_CUE,
         hint_builder: HintBuilder | None = None,
         perturber: Perturber | None = None,
     ) -> None:
+        if hint not in ("trace", "method"):
+            raise ValueError(f"curriculum 'difficulty_augmentation': hint must be 'trace' or 'method', got {hint!r}")
+        if hint == "trace" and hint_builder is not None:
+            raise ValueError("curriculum 'difficulty_augmentation': a hint_builder builds hint='method' hints; "
+                             "pass hint='method' with it (hint='trace' cuts the policy's own traces)")
         if window < 1:
             raise ValueError(f"curriculum 'difficulty_augmentation': window must be >= 1, got {window}")
         if r_range <= 0:
@@ -244,14 +155,24 @@ class DifficultyAugmentation(Curriculum):
         self.window, self.r_range, self.margin = window, r_range, margin
         self.min_buffer, self.prompt_ema = min_buffer, prompt_ema
         self.measure_augmented = measure_augmented
+        self.hint = hint
+        self.traces = TraceHints(trace_samples, answer_cue) if hint == "trace" else None
         self.hint_builder = hint_builder or modality_hint
         self.perturber = perturber or modality_perturber
         self.buffer: deque[float] = deque(maxlen=window)
         self.difficulty: dict[str, float] = {}  # prompt -> R̄(x)
         self.counts = {"hinted": 0, "perturbed": 0, "unchanged": 0, "hint_unavailable": 0, "hint_refused": 0}
+        self.step_counts = {"hinted": 0, "perturbed": 0}  # rows of the current step's draw
+        self._new_step = True  # the next transform starts a step's draw (observe ends one)
+
+    def bind_policy(self, sampler: TraceSampler) -> None:
+        """Give the trace hints the run's answer-conditioned sampler (the trainer calls this)."""
+        if self.traces is not None:
+            self.traces.bind(sampler)
 
     def observe(self, rows: list[dict], group_accuracy: list[float]) -> None:
         _check_lengths(rows, group_accuracy)
+        self._new_step = True
         for row, acc in zip(rows, group_accuracy):
             acc = float(acc)
             self.buffer.append(acc)
@@ -273,45 +194,61 @@ class DifficultyAugmentation(Curriculum):
         return self.buffer_mean() - own
 
     def transform(self, rows: list[dict], rng: random.Random) -> list[dict]:
-        return [self._augment(row, rng) for row in rows]
+        if self._new_step:
+            self.step_counts = {"hinted": 0, "perturbed": 0}
+            self._new_step = False
+        deltas = [self.delta(row) for row in rows]
+        hard = [i for i, d in enumerate(deltas) if d is not None and d > self.margin and rows[i].get("answer") is not None]
+        traced = {}
+        if self.traces is not None:  # one sampling call for the step's too-hard rows
+            hints = self.traces([rows[i] for i in hard], [min(deltas[i] / self.r_range, 1.0) for i in hard])
+            traced = dict(zip(hard, hints))
+        return [self._augment(row, delta, rng, traced.get(i)) for i, (row, delta) in enumerate(zip(rows, deltas))]
 
-    def _augment(self, row: dict, rng: random.Random) -> dict:
-        delta = self.delta(row)
+    def _augment(self, row: dict, delta: float | None, rng: random.Random, traced: str | None) -> dict:
         if delta is None or abs(delta) <= self.margin:
             self.counts["unchanged"] += 1
             return row
         fraction = min(abs(delta) / self.r_range, 1.0)
         key = prompt_key(row)
         if delta > 0:
-            hint = self.hint_builder(row, fraction, rng)
+            hint = traced if self.traces is not None else self.hint_builder(row, fraction, rng)
             if not hint:
                 self.counts["hint_unavailable"] += 1
                 return row
             if hint_leaks(hint, row.get("answer"), row["prompt"]):
                 self.counts["hint_refused"] += 1
                 return row
-            self.counts["hinted"] += 1
+            self._count("hinted")
             return {**row, "prompt": f"{row['prompt']}\n{hint}", SOURCE_KEY: key}
         harder = self.perturber(row, fraction, rng)
         if harder is None:
             self.counts["unchanged"] += 1
             return row
-        self.counts["perturbed"] += 1
+        self._count("perturbed")
         return {**harder, SOURCE_KEY: key}
+
+    def _count(self, what: str) -> None:
+        self.counts[what] += 1
+        self.step_counts[what] += 1
 
     def metrics(self) -> dict[str, float]:
         mean = self.buffer_mean()
         out = {name: float(n) for name, n in self.counts.items()}
+        out["hinted_total"], out["perturbed_total"] = out["hinted"], out["perturbed"]
+        out.update({name: float(n) for name, n in self.step_counts.items()})  # this step's draw
         out["buffer_mean"] = float("nan") if mean is None else mean
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"buffer": list(self.buffer), "difficulty": dict(self.difficulty), "counts": dict(self.counts)}
+        return {"buffer": list(self.buffer), "difficulty": dict(self.difficulty), "counts": dict(self.counts),
+                "step_counts": dict(self.step_counts)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.buffer = deque(state["buffer"], maxlen=self.window)
         self.difficulty = dict(state["difficulty"])
         self.counts = {**self.counts, **state["counts"]}
+        self.step_counts = {**self.step_counts, **state.get("step_counts", {})}
 
 
 # --- pass-rate filtering (INTELLECT-2) -------------------------------------------------------

@@ -38,6 +38,7 @@ from grpokit.trainer.collect import collect_batch
 from grpokit.trainer.combine import RewardCombination
 from grpokit.trainer.context import StepContext
 from grpokit.trainer.evaluation import evaluate_accuracy
+from grpokit.trainer.hint_traces import answer_conditioned_sampler
 from grpokit.trainer.inputs import RunContractError, check_data, check_run, check_tokenizer, needed_inputs, run_family
 from grpokit.trainer.learn_batch import LearnBatch
 from grpokit.trainer.learner import Objective, accumulate_gradients, rows_with_gradient
@@ -122,6 +123,8 @@ class Trainer:
         self.sampler = PromptSampler(self.splits.train, cfg.data.seed)
         if cfg.data.curriculum:
             curriculum = get_registry("curriculum").get(cfg.data.curriculum)(**cfg.data.curriculum_options)
+            if hasattr(curriculum, "bind_policy"):  # hints cut from the policy's own answer-conditioned traces
+                curriculum.bind_policy(answer_conditioned_sampler(cfg, self.policy, self._prompt_texts, self.rewards))
             self.sampler = CurriculumSampler(self.sampler, curriculum)
         self.combiner = RewardCombination(cfg, self.rewards)
         self.advantage_spec = get_registry("advantage").spec(algo.advantage)

@@ -9,8 +9,10 @@ Reinforcement Fine-Tuning via Difficulty-aware Regressive GRPO", arXiv 2506.0746
 
 * too easy -> :func:`noisy_frames_copy`: the clip (or image) with Gaussian frame noise, sigma
   growing with the difficulty gap (the paper's difficulty-increasing augmentation);
-* too hard -> :func:`visual_hint`: a partial reasoning prefix that says *where to look*, never the
-  answer (the paper's difficulty-decreasing augmentation; the hint's text is grpokit's).
+* too hard -> the paper's difficulty-decreasing augmentation is a prefix of the policy's own best
+  answer-conditioned trace (``curriculum_options.hint: trace``, :mod:`grpokit.data.trace_hints`);
+  :func:`visual_hint` is grpokit's fixed stand-in (``hint: method``): one sentence per question
+  kind saying *where to look*, never the answer.
 """
 
 from __future__ import annotations
