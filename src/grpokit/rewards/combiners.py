@@ -34,7 +34,9 @@ COMBINERS = Registry(
     #   advantage that divides by a reward std cancels (the run refuses that pairing at load)
     # reads_if: {option: (switch, values)}, see Registry.context_taken
     properties={"make_state": None, "step_scale": False, "reads_if": None},
-    context=("weights", "state", "objective_grads", "validation", "lr"),
+    # influence: mirror_descent's precomputed alternative to objective_grads, for callers outside the
+    #   trainer; not a config option (the trainer always passes objective_grads, which replace it)
+    context=("weights", "state", "objective_grads", "validation", "lr", "influence"),
 )
 
 

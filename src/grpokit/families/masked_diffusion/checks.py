@@ -87,6 +87,10 @@ def mdm_problem(cfg: Config) -> Optional[str]:
         if d.likelihood != "mask_grpo_step":
             return (f"diffusion.likelihood '{d.likelihood}': the image-token model's units are Mask-GRPO step transitions "
                     "(plus the schedule's actions); set diffusion.likelihood=mask_grpo_step")
+        try:  # the palette policy reads no likelihood options (mask_grpo_step takes none): refuse any
+            LIKELIHOODS.check_options(d.likelihood, d.likelihood_options, "diffusion.likelihood_options")
+        except ValueError as exc:
+            return str(exc)
         if a.beta > 0 and a.kl == "seq_k2":
             return "algorithm.kl 'seq_k2' needs sequence units; Co-GRPO's units are steps: use k3"
         return None
