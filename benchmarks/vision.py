@@ -12,7 +12,8 @@
   2507.06448) against GRPO on the same image task, ``--seeds`` seeds each, ``--papo-minutes`` per
   run; the table goes to ``docs/efficacy.md`` (between its kept markers) whatever it shows;
 * ``video``: ``deepvideo_r1`` (Reg-GRPO + difficulty-aware augmentation, arXiv 2506.07464) and
-  plain GRPO on the 4-frame clips, ``--video-minutes`` each.
+  plain GRPO on the 4-frame clips, ``--video-minutes`` each; the curriculum's run counts (rows
+  hinted, noised, hard rows left without a hint) are printed after the deepvideo_r1 row.
 
 Every run starts from the embedded ``tiny-qwen2vl`` (noisy prior, built on first use) or ``--model``: a
 folder from ``python -m grpokit.families.vision_lm.pretrain --out DIR --seed S``, to measure the spread over build
@@ -46,7 +47,9 @@ def train(preset: str, out: Path, sets: list[str]) -> dict[str, float]:
     held = [e for e in evals if e.get("split") == "heldout" and "accuracy" in e]
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
     minutes = metrics[-1]["time/elapsed_s"] / 60 if metrics else 0.0
-    return {"before": held[0]["accuracy"], "after": held[-1]["accuracy"], "minutes": minutes, "steps": len(metrics)}
+    # a curriculum's run counts: rows hinted / perturbed (frame noise on video) over the whole run
+    counts = {k: metrics[-1].get(f"curriculum/{k}", 0.0) for k in ("hinted_total", "perturbed_total", "hint_unavailable")} if metrics else {}
+    return {"before": held[0]["accuracy"], "after": held[-1]["accuracy"], "minutes": minutes, "steps": len(metrics), **counts}
 
 
 def mean_sd(xs: list[float]) -> str:
@@ -136,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {preset}, video task | {100 * r['before']:.1f} | {100 * r['after']:.1f} | {r['minutes']:.1f} | {r['steps']} |")
             if preset == "deepvideo_r1":
                 summary.update(video_before=r["before"], video_after=r["after"])
+                print(f"curriculum of {preset}: {r['hinted_total']:.0f} rows hinted, {r['perturbed_total']:.0f} noised, "
+                      f"{r['hint_unavailable']:.0f} hard rows without a hint")
     print(" ".join(f"{k}={v:.3f}" for k, v in summary.items()))
     return 0
 
