@@ -65,8 +65,8 @@ def _cases(registry) -> list:
 
 @pytest.mark.parametrize("name, option", _cases(COMBINERS))
 def test_every_combiner_option_changes_the_rewards(name, option):
-    entry = COMBINER_ALTERNATIVES.get(name, {}).get(option)
-    assert entry is not None, f"combiner '{name}' option '{option}': add an alternative value that acts"
+    assert option in COMBINER_ALTERNATIVES.get(name, {}), f"combiner '{name}' option '{option}': add an alternative value that acts"
+    entry = COMBINER_ALTERNATIVES[name][option]
     value, base = entry if isinstance(entry, tuple) else (entry, {})
     default, changed = _combined(name, dict(base)), _combined(name, {**base, option: value})
     assert (changed - default).abs().max() > 1e-6, f"{name}.{option} = {value!r} did not change the rewards"
@@ -125,8 +125,8 @@ def _likelihood(name: str, options: dict) -> torch.Tensor:
 
 @pytest.mark.parametrize("name, option", _cases(LIKELIHOODS))
 def test_every_likelihood_option_changes_the_log_likelihood(name, option):
-    value = LIKELIHOOD_ALTERNATIVES.get(name, {}).get(option)
-    assert value is not None, f"likelihood '{name}' option '{option}': add an alternative value that acts"
+    assert option in LIKELIHOOD_ALTERNATIVES.get(name, {}), f"likelihood '{name}' option '{option}': add an alternative value that acts"
+    value = LIKELIHOOD_ALTERNATIVES[name][option]
     default, changed = _likelihood(name, {}), _likelihood(name, {option: value})
     assert (changed - default).abs().max() > 1e-6, f"{name}.{option} = {value!r} did not change the log-likelihood"
 
@@ -144,3 +144,103 @@ def test_likelihood_options_of_a_palette_run_are_refused():
     assert mdm_problem(cfg) == ("diffusion.likelihood_options ['num_mc'] is not an option of likelihood 'mask_grpo_step'; "
                                 "valid keys: none")
     assert mdm_problem(load_config(preset="co_grpo")) is None
+
+
+# ----------------------------------------------------------------------------- curricula
+
+
+class Hook(str):
+    """A hook written in the config as 'path/file.py:function': the test writes HOOKS to a file and names one."""
+
+
+HOOKS = '''def shout_hint(row, fraction, rng):
+    return "Hint: think " + "very " * round(4 * fraction) + "carefully."
+
+
+def upper_perturber(row, strength, rng):
+    return {**row, "prompt": row["prompt"].upper()}
+'''
+CURRICULUM_ALTERNATIVES = {
+    "difficulty_augmentation": {
+        "window": 1, "r_range": 0.25, "margin": 0.3, "min_buffer": 5, "prompt_ema": 0.5, "measure_augmented": False,
+        "hint": "method", "trace_samples": 2, "answer_cue": "Known: {answer}",
+        "hint_builder": (Hook("shout_hint"), {"hint": "method"}), "perturber": Hook("upper_perturber"),
+    },
+    "pass_rate_filter": {"low": 0.01, "high": 0.95, "pass_rates": {"p4": 0.95}, "pass_rate_column": None,
+                         "keep_unknown": False, "online": False, "min_observations": 1},
+}
+# options read only under another option's value: (alternative, the switch, a value that switches it off, the values that read it)
+CURRICULUM_SWITCHED_OFF = {
+    ("difficulty_augmentation", "trace_samples"): (2, "hint", "method", ["trace"]),
+    ("difficulty_augmentation", "answer_cue"): ("Known: {answer}", "hint", "method", ["trace"]),
+    ("difficulty_augmentation", "hint_builder"): (Hook("shout_hint"), "hint", "trace", ["method"]),
+    ("pass_rate_filter", "min_observations"): (1, "online", False, [True]),
+}
+NAMES = ["ann", "bob", "cy", "dee", "eve", "fay", "gus", "hal"]
+
+
+def _traces(rows: list[dict], k: int) -> list[list[tuple[str, float]]]:
+    """A stand-in policy: trace i of a row names NAMES[i] and repeats the answer cue; reward i (the last is best)."""
+    return [[(f"<think>{NAMES[i]} {r['prompt'].splitlines()[-1]} done</think>", float(i)) for i in range(k)] for r in rows]
+
+
+def _curriculum_run(name: str, options: dict, folder) -> list:
+    """The rows two steps draw: difficulty_augmentation's prompts, pass_rate_filter's keep decisions."""
+    resolved = {k: f"{folder / 'hooks.py'}:{v}" if isinstance(v, Hook) else v for k, v in options.items()}
+    (folder / "hooks.py").write_text(HOOKS)
+    cur = CURRICULA.get(name)(**resolved)
+    if name == "pass_rate_filter":
+        rows = [{"prompt": "p1", "pass_rate": 0.05}, {"prompt": "p2", "pass_rate": 0.5}, {"prompt": "p3", "pass_rate": 0.9},
+                {"prompt": "p4"}]
+        kept = [cur.keep(r) for r in rows]
+        for acc in ([1.0, 0.0], [1.0, 0.5]):  # p2 solved twice, p4 once of two
+            cur.observe([rows[1], rows[3]], acc)
+            kept += [cur.keep(r) for r in rows]
+        return kept
+    cur.bind_policy(_traces)
+    rows = [{"prompt": p, "answer": a} for p, a in
+            (("What is 3 + 4?", "7"), ("What is 12 + 25?", "37"), ("What is 6 * 7?", "42"), ("What is 8 - 5?", "3"))]
+    # step 1: buffer mean 0.5625, dR = +0.5625 / -0.4375 / +0.0625 / -0.1875 (hint, perturb, hint, perturb)
+    cur.observe(rows, [0.0, 1.0, 0.5, 0.75])
+    first = cur.transform(rows, random.Random(0))
+    cur.observe(first, [1.0, 0.25, 0.5, 0.5])  # the augmented rows' groups, credited to their source prompts
+    return [r["prompt"] for r in first + cur.transform(rows, random.Random(1))]
+
+
+@pytest.mark.parametrize("name, option", _cases(CURRICULA))
+def test_every_curriculum_option_changes_the_drawn_rows(name, option, tmp_path):
+    assert option in CURRICULUM_ALTERNATIVES.get(name, {}), f"curriculum '{name}' option '{option}': add an alternative value that acts"
+    entry = CURRICULUM_ALTERNATIVES[name][option]
+    value, base = entry if isinstance(entry, tuple) else (entry, {})
+    default, changed = _curriculum_run(name, dict(base), tmp_path), _curriculum_run(name, {**base, option: value}, tmp_path)
+    assert changed != default, f"{name}.{option} = {value!r} did not change the drawn rows"
+
+
+def _data_problem(name: str, options: str):
+    return method_problem(load_config(preset="demo", overrides=[f"data.curriculum={name}", f"data.curriculum_options={options}"]))
+
+
+@pytest.mark.parametrize("name, option", sorted(CURRICULUM_SWITCHED_OFF))
+def test_a_curriculum_option_that_cannot_act_is_refused_at_load(name, option, tmp_path):
+    value, switch, off, on = CURRICULUM_SWITCHED_OFF[(name, option)]
+    if option != "hint_builder":  # (a hint_builder with hint=trace also fails when built: it never reached the hints)
+        assert _curriculum_run(name, {switch: off, option: value}, tmp_path) == _curriculum_run(name, {switch: off}, tmp_path)
+    shown = f"{tmp_path / 'hooks.py'}:{value}" if isinstance(value, Hook) else value
+    msg = _data_problem(name, f"{{{switch}: {str(off).lower()}, {option}: '{shown}'}}")
+    assert msg == (f"data.curriculum_options.{option} is read by data.curriculum '{name}' only when {switch} is one of "
+                   f"{on} (it is {off!r}): remove it or set data.curriculum_options.{switch}")
+
+
+def test_curriculum_options_the_constructor_refuses_are_refused_at_load(tmp_path):
+    # min_buffer above window: the buffer never holds min_buffer samples, so nothing was ever augmented (silently)
+    assert _data_problem("difficulty_augmentation", "{window: 4, min_buffer: 5}") == (
+        "data.curriculum_options: curriculum 'difficulty_augmentation': min_buffer 5 exceeds window 4, so no row would "
+        "ever be hinted or perturbed: set min_buffer <= window")
+    assert _data_problem("difficulty_augmentation", "{window: 5, min_buffer: 5}") is None
+    # a hook from a config is a 'module:function' / 'file.py:function' spec (a plain string was called: TypeError mid-run)
+    assert _data_problem("difficulty_augmentation", "{hint: method, hint_builder: shout}") == (
+        "data.curriculum_options.hint_builder 'shout': expected 'package.module:name' or 'path/to/file.py:name'")
+    (tmp_path / "hooks.py").write_text(HOOKS + "NOT_A_FUNCTION = 3\n")
+    assert _data_problem("difficulty_augmentation", f"{{perturber: '{tmp_path / 'hooks.py'}:NOT_A_FUNCTION'}}") == (
+        f"data.curriculum_options.perturber '{tmp_path / 'hooks.py'}:NOT_A_FUNCTION' is not a function: name a function (row, fraction, rng)")
+    assert _data_problem("pass_rate_filter", "{low: 0.9, high: 0.1}").startswith("data.curriculum_options: curriculum 'pass_rate_filter': need 0 <= low")

@@ -20,6 +20,7 @@ never from its name:
   entropies.
 * ``algorithm.token_weights`` other than 'all' for a loss declared ``token_level=False`` (one
   sequence value broadcast to its tokens: DisCO, Reg-GRPO).
+* A curriculum's options its constructor refuses (built once at load, without data or model).
 * A combiner declared ``step_scale`` (one number per step times every reward) under an advantage
   that divides by a reward std, which cancels it.
 """
@@ -49,7 +50,21 @@ def method_problem(cfg: Config) -> Optional[str]:
         problem = check(cfg.algorithm)
         if problem is not None:
             return problem
-    return _switched_off_option(cfg) or _unread_input_problem(cfg) or _cancelled_combiner_problem(cfg) or _trainer_option_problem(cfg)
+    return (_switched_off_option(cfg) or _unread_input_problem(cfg) or _cancelled_combiner_problem(cfg)
+            or _trainer_option_problem(cfg) or _curriculum_problem(cfg))
+
+
+def _curriculum_problem(cfg: Config) -> Optional[str]:
+    """What the curriculum refuses in its options (ranges, min_buffer above window, a hook that does not import), at load."""
+    from grpokit.registries import get_registry
+
+    if not cfg.data.curriculum:
+        return None
+    try:  # a curriculum is cheap to build (no data, no model): the trainer builds it again after the model loads
+        get_registry("curriculum").get(cfg.data.curriculum)(**cfg.data.curriculum_options)
+    except (ValueError, TypeError) as exc:
+        return str(exc) if str(exc).startswith("data.") else f"data.curriculum_options: {exc}"
+    return None
 
 
 # reward_combiner.options keys read by the trainer's producer of an input, not by the combiner
@@ -196,10 +211,12 @@ def _switched_off_option(cfg: Config) -> Optional[str]:
     """A key of an option bag that the method's ``reads_if`` switches off under the run's other values."""
     from grpokit.registries import get_registry
 
-    a, c = cfg.algorithm, cfg.reward_combiner
+    a, c, d = cfg.algorithm, cfg.reward_combiner, cfg.data
     bags = {"loss": (a.loss, a.loss_options, "algorithm.loss_options", "algorithm.loss"),
             "advantage": (a.advantage, a.advantage_options, "algorithm.advantage_options", "algorithm.advantage"),
             "combiner": (c.name, c.options, "reward_combiner.options", "reward_combiner.name")}
+    if d.curriculum:
+        bags["curriculum"] = (d.curriculum, d.curriculum_options, "data.curriculum_options", "data.curriculum")
     for axis, (name, options, where, field) in bags.items():
         values = {**options, **{k: getattr(a, f) for f, (ax, k) in CONTEXT_FIELDS.items() if ax == axis}}
         off = sorted(set(options) & get_registry(axis).switched_off(name, values))

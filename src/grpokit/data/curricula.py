@@ -24,7 +24,12 @@ from grpokit.data.text_hints import hint_leaks, reword_and_distract, worked_step
 from grpokit.data.trace_hints import ANSWER_CUE, TraceHints, TraceSampler
 from grpokit.registry import Registry
 
-CURRICULA = Registry("curriculum")
+CURRICULA = Registry(
+    "curriculum",
+    # reads_if: {option: (switch, values)}: an option read only under another option's value (refused at load
+    #   otherwise, see Registry.switched_off)
+    properties={"reads_if": None},
+)
 
 SOURCE_KEY = "source_prompt"
 HintBuilder = Callable[[dict, float, random.Random], "str | None"]
@@ -94,7 +99,22 @@ def modality_perturber(row: dict, strength: float, rng: random.Random) -> dict |
     return noisy_frames_copy(row, strength, rng) if is_visual(row) else reword_and_distract(row, strength, rng)
 
 
-@CURRICULA.register("difficulty_augmentation")
+def _hook(value: Any, name: str) -> Callable | None:
+    """A hook option: a callable, or from a config 'package.module:function' / 'path/file.py:function' (resolved here)."""
+    if value is None or callable(value):
+        return value
+    from grpokit.plugins import import_object
+
+    fn = import_object(value, f"data.curriculum_options.{name}")
+    if not callable(fn):
+        raise ValueError(f"data.curriculum_options.{name} {value!r} is not a function: name a function (row, fraction, rng)")
+    return fn
+
+
+_TRACE_OPTIONS = {"trace_samples": ("hint", ("trace",)), "answer_cue": ("hint", ("trace",)), "hint_builder": ("hint", ("method",))}
+
+
+@CURRICULA.register("difficulty_augmentation", reads_if=_TRACE_OPTIONS)
 class DifficultyAugmentation(Curriculum):
     """Hint prompts harder than recent ones, perturb easier ones: ΔR(x) = mean_{B_W} R̄ − R̄(x).
 
@@ -115,7 +135,9 @@ class DifficultyAugmentation(Curriculum):
       :func:`modality_perturber`: reworded with distractors, or frames with Gaussian noise);
     - otherwise, or for a prompt never observed or before ``min_buffer`` samples: unchanged.
 
-    ``margin`` (default 1e-6, absorbs float error) and ``min_buffer`` are [inferred].
+    ``margin`` (default 1e-6, absorbs float error) and ``min_buffer`` (at most ``window``) are [inferred].
+    ``hint_builder`` / ``perturber``: a callable, or in a config ``'package.module:function'`` /
+    ``'path/file.py:function'``; ``hint_builder`` is read with ``hint="method"`` only.
     ``measure_augmented=False`` credits only unaugmented observations to R̄(x) (the paper
     measures the original prompt each step, which draw-time augmentation cannot) [inferred].
     ``trace_samples`` (8, the paper's G [inferred]) and ``answer_cue`` ("The answer is
@@ -146,6 +168,9 @@ class DifficultyAugmentation(Curriculum):
                              "pass hint='method' with it (hint='trace' cuts the policy's own traces)")
         if window < 1:
             raise ValueError(f"curriculum 'difficulty_augmentation': window must be >= 1, got {window}")
+        if min_buffer > window:  # the buffer holds at most `window` samples: no row would ever be augmented
+            raise ValueError(f"curriculum 'difficulty_augmentation': min_buffer {min_buffer} exceeds window {window}, so no row "
+                             "would ever be hinted or perturbed: set min_buffer <= window")
         if r_range <= 0:
             raise ValueError(f"curriculum 'difficulty_augmentation': r_range must be > 0, got {r_range}")
         if prompt_ema is not None and not 0 < prompt_ema <= 1:
@@ -157,8 +182,8 @@ class DifficultyAugmentation(Curriculum):
         self.measure_augmented = measure_augmented
         self.hint = hint
         self.traces = TraceHints(trace_samples, answer_cue) if hint == "trace" else None
-        self.hint_builder = hint_builder or modality_hint
-        self.perturber = perturber or modality_perturber
+        self.hint_builder = _hook(hint_builder, "hint_builder") or modality_hint
+        self.perturber = _hook(perturber, "perturber") or modality_perturber
         self.buffer: deque[float] = deque(maxlen=window)
         self.difficulty: dict[str, float] = {}  # prompt -> R̄(x)
         self.counts = {"hinted": 0, "perturbed": 0, "unchanged": 0, "hint_unavailable": 0, "hint_refused": 0}
@@ -254,7 +279,7 @@ class DifficultyAugmentation(Curriculum):
 # --- pass-rate filtering (INTELLECT-2) -------------------------------------------------------
 
 
-@CURRICULA.register("pass_rate_filter")
+@CURRICULA.register("pass_rate_filter", reads_if={"min_observations": ("online", (True,))})
 class PassRateFilter(Curriculum):
     """Keep prompts whose pass rate p is in [low, high] (offline) and not stuck at 0 or 1 (online).
 
