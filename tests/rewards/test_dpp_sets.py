@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from grpokit.rewards.builtin import REWARDS
-from grpokit.rewards.dpp_sets import build_rewrite_set, greedy_select, log_det_gain, set_diversity, set_metrics
+from grpokit.rewards.dpp_sets import build_rewrite_sets, greedy_select, log_det_gain, set_diversity, set_metrics
 
 
 def t(*rows):
@@ -75,11 +75,11 @@ def test_sequential_construction_conditions_each_step_on_the_set_so_far():
     prompts = []
     vectors = {"q": [0.6, 0.8, 0.0], "first": [1.0, 0.0, 0.0], "copy": [1.0, 0.0, 0.0], "other": [0.0, 1.0, 0.0]}
 
-    def generate(prompt, n):
-        prompts.append(prompt)
-        return ["first"] if len(prompts) == 1 else ["copy", "other", "copy"][:n]
+    def generate(batch, n):
+        prompts.extend(batch)
+        return [["first"]] if len(prompts) == 1 else [["copy", "other", "copy"][:n]]
 
-    out = build_rewrite_set(generate, "q", 2, _lookup(vectors), n_candidates=3, lambda_div=1.0, lambda_rel=0.0)
+    [out] = build_rewrite_sets(generate, ["q"], 2, _lookup(vectors), n_candidates=3, lambda_div=1.0, lambda_rel=0.0)
     # step 2 sees step 1's rewrite in its prompt, and keeps the candidate that is new against S = {first}
     assert out == ["first", "other"]
     assert "Rewrites already written:\nnone" in prompts[0] and "- first" in prompts[1]

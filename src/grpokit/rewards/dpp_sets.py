@@ -5,7 +5,7 @@ Policy Optimization", arXiv 2511.20647. Kernel ``L = cos(φ(p_i), φ(p_j))`` of 
 set diversity ``Div(S) = log det(L_S + I)``, marginal gain ``Δ(p|S) = Div(S ∪ {p}) − Div(S)``
 (monotone submodular: diminishing returns). At inference the paper builds the set one prompt
 at a time: ``S = ∅``; ``p_1`` from ``(s, q)``, added to ``S``; ``p_k`` from ``(s, q, S)``; until
-``K`` prompts (§3, inference). :func:`build_rewrite_set` is that loop for a text policy;
+``K`` prompts (§3, inference). `build_rewrite_sets` is that loop for a text policy;
 with ``n_candidates > 1`` it keeps, at each step, the candidate of highest reward
 ``λ_div Δ(p|S) + λ_rel R_rel(p)`` ([inferred option]: best-of-n per step; n = 1 is the paper's).
 :func:`greedy_select` is the same greedy rule over a fixed candidate pool (greedy DPP MAP).
@@ -60,50 +60,57 @@ def greedy_select(phi: torch.Tensor, k: int, quality: torch.Tensor | None = None
     return chosen
 
 
-def build_rewrite_set(
-    generate: Callable[[str, int], list[str]],
-    query: str,
+def build_rewrite_sets(
+    generate: Callable[[list[str], int], list[list[str]]],
+    queries: Sequence[str],
     k: int,
-    embed: Callable[[list[str]], torch.Tensor],
+    embed: Callable[[list[str]], torch.Tensor] | str,
     *,
     n_candidates: int = 1,
     lambda_div: float = 0.5,
     lambda_rel: float = 0.5,
     prompt_for: Callable[[str, list[str]], str] | None = None,
-) -> list[str]:
-    """``k`` rewrites of ``query``, each generated from the prompt that lists the ones before it (the paper's inference).
+) -> list[list[str]]:
+    """``k`` rewrites per query, each generated from the prompt that lists the query's ones before it (the paper's inference).
 
-    ``generate(prompt, n)`` returns n sampled completions; ``prompt_for(query, existing)`` writes
-    the prompt (default: the ``prompt_rewrites`` task's, so inference mirrors training). With
-    ``n_candidates`` > 1 each step keeps the candidate of highest ``dpp`` reward against the set
-    so far (relevance to ``query`` through ``embed``) [inferred option].
+    ``generate(prompts, n)`` returns n sampled completions per prompt (one batch per step for all
+    queries); ``prompt_for(query, existing)`` writes a prompt (default: the ``prompt_rewrites``
+    task's, so inference mirrors training). With ``n_candidates`` > 1 each step keeps the
+    candidate of highest ``dpp`` reward against the query's set so far (relevance to the query
+    through ``embed``) [inferred option].
     """
     from grpokit.data.rewrite_task import rewrite_prompt
     from grpokit.rewards.builtin import REWARDS
 
     if k < 1 or n_candidates < 1:
-        raise ValueError(f"build_rewrite_set: k ({k}) and n_candidates ({n_candidates}) must be >= 1")
+        raise ValueError(f"build_rewrite_sets: k ({k}) and n_candidates ({n_candidates}) must be >= 1")
     write = prompt_for or rewrite_prompt
-    chosen: list[str] = []
+    sets: list[list[str]] = [[] for _ in queries]
     for _ in range(k):
-        cands = [c.strip() for c in generate(write(query, chosen), n_candidates)]
-        if len(cands) == 1:
-            chosen.append(cands[0])
-            continue
-        n = len(cands)
-        scores = REWARDS.get("dpp")([query] * n, cands, group_ids=list(range(n)), embed=embed, reference="column",
-                                    reference_set=[list(chosen)] * n, query=[query] * n,
-                                    lambda_div=lambda_div, lambda_rel=lambda_rel)
-        chosen.append(cands[max(range(n), key=lambda i: (scores[i], -i))])
-    return chosen
+        batches = generate([write(q, s) for q, s in zip(queries, sets)], n_candidates)
+        for query, chosen, cands in zip(queries, sets, batches):
+            cands = [c.strip() for c in cands]
+            n = len(cands)
+            if n == 1:
+                chosen.append(cands[0])
+                continue
+            scores = REWARDS.get("dpp")([query] * n, cands, group_ids=list(range(n)), embed=embed, reference="column",
+                                        reference_set=[list(chosen)] * n, query=[query] * n,
+                                        lambda_div=lambda_div, lambda_rel=lambda_rel)
+            chosen.append(cands[max(range(n), key=lambda i: (scores[i], -i))])
+    return sets
 
 
-def set_metrics(query: str, texts: Sequence[str], embed: Callable[[list[str]], torch.Tensor]) -> dict[str, float]:
-    """``diversity`` = Div(S) / |S| (mean log-det gain, log 2 = all orthogonal), ``relevance`` = mean cos(p, q), ``distinct`` share."""
-    from grpokit.rewards.group import _unit
+def set_metrics(query: str, texts: Sequence[str], embed: Callable[[list[str]], torch.Tensor] | str) -> dict[str, float]:
+    """``diversity`` = Div(S) / |S| (mean log-det gain, log 2 = all orthogonal), ``relevance`` = mean cos(p, q), ``distinct`` share.
 
-    phi = _unit(embed(list(texts)))  # [n, d]
-    q = _unit(embed([query]))[0]  # [d]
+    ``embed``: a callable ``texts -> [n, d]`` or a built-in embedder name ("minilm", "hashing").
+    """
+    from grpokit.rewards.group import EMBEDDERS, _resolve, _unit
+
+    encoder = _resolve(embed, EMBEDDERS, "embed")
+    phi = _unit(encoder(list(texts)))  # [n, d]
+    q = _unit(encoder([query]))[0]  # [d]
     n = max(len(texts), 1)
     return {"diversity": float(set_diversity(phi)) / n, "relevance": float((phi @ q).mean()),
             "distinct": len(set(texts)) / n}
