@@ -24,7 +24,11 @@
 2. Learning. grpokit's tiny random Llama (``grpokit.testing``) on CUDA in bfloat16 learns the
    reward "fraction of characters that are x" for 30 steps; the mean reward of the last 5 steps
    must exceed that of the first 5 by 0.3 (here on the CPU, bf16 and fp32: 0.02 -> 0.99).
-3. The last line is ``gpu_speedup=<TRL s/step / grpokit s/step>`` (3 decimals; ``nan`` when the
+3. Sharded learner. The throughput step again with ``distributed.learner=fsdp`` (FSDP2
+   ``fully_shard`` over the decoder layers, then the root) under ``torchrun --nproc_per_node 1``:
+   NCCL on the GPU (gloo in ``--dry-run``); its s/step and peak memory are a row of the table
+   (one rank holds every shard, so its memory is the unsharded state plus FSDP's buffers).
+4. The last line is ``gpu_speedup=<TRL s/step / grpokit s/step>`` (3 decimals; ``nan`` when the
    TRL side was skipped or failed, with the reason printed above it).
 
 grpokit (then the learning run) and TRL run in two child processes with a time limit
@@ -34,8 +38,8 @@ the peak memory of the grpokit side is read before its learning run starts.
 ``--dry-run``: the same code path on the CPU in float32 with the tiny random Llama saved to a
 folder for both sides, 2 prompts x G = 2, 8 tokens, 1 warm-up + 1 timed step, and a 3-step
 learning run without the "rose" assertion; peak memory is then the child's peak RSS.
-Exit status 1 when the grpokit side fails, the policy is not on the asked device, or (on the GPU)
-the reward did not rise; a TRL failure only makes the speedup nan.
+Exit status 1 when the grpokit side or its FSDP step fails, the policy is not on the asked device, or (on
+the GPU) the reward did not rise; a TRL failure only makes the speedup nan.
 """
 
 from __future__ import annotations
@@ -130,7 +134,7 @@ def _base_overrides(s: Sizes, out_dir: str, prompts: int, group: int, tokens: in
     ]
 
 
-def grpokit_config(s: Sizes, folder: str, out_dir: str, checkpointing: bool):
+def grpokit_config(s: Sizes, folder: str, out_dir: str, checkpointing: bool, extra: list[str] = ()):
     """The throughput run's grpokit config: ``folder`` on ``s.device`` in ``s.dtype``, fixed-length completions."""
     from grpokit.config import load_config
 
@@ -139,7 +143,7 @@ def grpokit_config(s: Sizes, folder: str, out_dir: str, checkpointing: bool):
         f"optim.lr={LR:.1e}", "optim.betas=[0.9, 0.99]", "optim.max_grad_norm=1.0",  # 1.0e-06: YAML reads 1e-06 as text
         f"train.activation_checkpointing={'true' if checkpointing else 'false'}",
         "train.skip_zero_advantage=false",  # learn every row, as TRL does: the same work whatever the rewards
-        f"rewards=[{{name: '{os.path.abspath(__file__)}:letter_fraction', kwargs: {{letter: e}}}}]",
+        f"rewards=[{{name: '{os.path.abspath(__file__)}:letter_fraction', kwargs: {{letter: e}}}}]", *extra,
     ]
     return load_config(overrides=sets)
 
@@ -246,12 +250,40 @@ def child_trl(s: Sizes, folder: str, out_dir: str, checkpointing: bool) -> dict:
     return {"steps": records, "peak_mib": _peak_mib(s.device), "placed": f"{param.device.type}/{str(param.dtype)[6:]}"}
 
 
-def run_child(runs: tuple[str, ...], s: Sizes, folder: str, checkpointing: bool, timeout_s: float) -> dict[str, dict]:
+def child_fsdp(s: Sizes, folder: str, out_dir: str, checkpointing: bool) -> dict:
+    """The throughput step with ``distributed.learner=fsdp`` (this child runs under torchrun, one rank)."""
+    from grpokit.distributed.fsdp import fsdp_modules
+    from grpokit.trainer.loop import Trainer
+
+    trainer = Trainer(grpokit_config(s, folder, out_dir, checkpointing, extra=["distributed.learner=fsdp"]))
+    units = len(fsdp_modules(trainer.model))
+    if not units:
+        raise RuntimeError("distributed.learner=fsdp left the policy unsharded")
+    param = next(trainer.model.parameters())
+    records = []
+    for i in range(s.warmup + s.steps):
+        if i == s.warmup:
+            _reset_peak(s.device)
+        _sync(s.device)
+        t = time.perf_counter()
+        m = trainer.train_step()
+        _sync(s.device)
+        records.append({"step_s": time.perf_counter() - t, "completion_len": m["completion_len/mean"], "warmup": i < s.warmup})
+        log.info("grpokit fsdp step %d/%d: %.2fs", i + 1, s.warmup + s.steps, records[-1]["step_s"])
+    trainer.logger.close()
+    return {"steps": records, "peak_mib": _peak_mib(s.device), "units": units,
+            "placed": f"{param.device.type}/{str(param.dtype)[6:]}"}
+
+
+def run_child(runs: tuple[str, ...], s: Sizes, folder: str, checkpointing: bool, timeout_s: float,
+              torchrun: bool = False) -> dict[str, dict]:
     """Run ``runs`` one after another in a fresh process: each run's result, or ``{"skipped"|"failed": reason}``.
 
     Each finished run prints its result at once, so a crash or time-out in a later run keeps the earlier ones.
+    ``torchrun``: the process is one torchrun rank (``torch.distributed.run --standalone --nproc_per_node 1``).
     """
-    cmd = [sys.executable, os.path.abspath(__file__), "--_child", ",".join(runs), "--_sizes",
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1"] if torchrun else [sys.executable]
+    cmd = [*launcher, os.path.abspath(__file__), "--_child", ",".join(runs), "--_sizes",
            json.dumps(dataclasses.asdict(s)), "--_folder", folder] + (["--checkpointing"] if checkpointing else [])
     log.info("running %s ...", " + ".join(runs))
     try:
@@ -318,7 +350,7 @@ def table(rows: list[tuple[str, dict | None, str]], mem: str) -> str:
     return "\n".join(out)
 
 
-CHILDREN = {"grpokit": child_grpokit, "trl": child_trl, "learn": child_learn}
+CHILDREN = {"grpokit": child_grpokit, "trl": child_trl, "learn": child_learn, "fsdp": child_fsdp}
 
 
 def check(a: argparse.Namespace) -> int:
@@ -335,18 +367,22 @@ def check(a: argparse.Namespace) -> int:
         write_model_folder(Path(a.bundle), Path(folder), s.dtype, tiny=a.dry_run)
         results = run_child(("grpokit", "learn"), s, folder, a.checkpointing, a.child_timeout)
         results.update(run_child(("trl",), s, folder, a.checkpointing, a.child_timeout))
-    g_res, t_res, l_res = results["grpokit"], results["trl"], results["learn"]
-    g, t = summary(g_res, s), summary(t_res, s)
+        results.update(run_child(("fsdp",), s, folder, a.checkpointing, a.child_timeout, torchrun=True))
+    g_res, t_res, l_res, f_res = results["grpokit"], results["trl"], results["learn"], results["fsdp"]
+    g, t, f = summary(g_res, s), summary(t_res, s), summary(f_res, s)
     failures = []
     if g is None:
         failures.append(g_res.get("failed", "grpokit side reported no timed step"))
     elif not g["placed"].startswith(s.device):
         failures.append(f"model.device={s.device} left grpokit's policy on {g['placed']}")
+    if f is None:
+        failures.append("fsdp step: " + f_res.get("failed", "reported no timed step"))
     t_note = t_res.get("skipped") or t_res.get("failed") or "no timed step"
 
     mem = "peak GPU MiB (timed steps)" if s.device == "cuda" else "peak RSS MiB"
     print()
-    print(table([("grpokit", g, g_res.get("failed", "")), ("TRL", t, f"skipped: {t_note}")], mem))
+    print(table([("grpokit", g, g_res.get("failed", "")), ("TRL", t, f"skipped: {t_note}"),
+                 ("grpokit fsdp", f, f"failed: {f_res.get('failed', '')}")], mem))
     print()
     print(f"{s.prompts} prompts x G={s.group}, {s.new_tokens} new tokens each (min_new_tokens = max), {s.dtype} on "
           f"{s.device}, micro-batch {s.micro_batch}, checkpointing {'on' if a.checkpointing else 'off'}, beta 0, "
@@ -390,8 +426,8 @@ def main() -> int:
     p.add_argument("--warmup", type=int, help="untimed steps per side (default 2; dry run 1)")
     p.add_argument("--steps", type=int, help="timed steps per side (default 5; dry run 1)")
     p.add_argument("--checkpointing", action="store_true", help="activation / gradient checkpointing on both sides")
-    p.add_argument("--child-timeout", type=float, default=210.0,
-                   help="seconds each child (grpokit + learning, TRL) may take: 2 x 210 s fit one 10-minute device call")
+    p.add_argument("--child-timeout", type=float, default=180.0,
+                   help="seconds each child (grpokit + learning, TRL, FSDP) may take: 3 x 180 s fit one 10-minute device call")
     p.add_argument("--_child", help=argparse.SUPPRESS)  # comma list of CHILDREN names
     p.add_argument("--_sizes", help=argparse.SUPPRESS)
     p.add_argument("--_folder", help=argparse.SUPPRESS)
