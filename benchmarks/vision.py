@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="a fixed number of steps per PAPO / GRPO run instead of --papo-minutes (fair when the machine is shared)")
     p.add_argument("--video-minutes", type=float, default=5.0)
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--grpo-seeds", type=int, default=1, help="GRPO runs of the image task, train.seed 0..N-1 (sampling and prompt order)")
     p.add_argument("--model", default=None,
                    help="model.name of every run (default: the preset's embedded tiny-qwen2vl); e.g. a folder built "
                         "with another build seed by `python -m grpokit.families.vision_lm.pretrain --out DIR --seed S`")
@@ -119,9 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     budget = lambda m: [f"train.max_minutes={m}"] if m else ["train.max_minutes=0"]  # noqa: E731
     summary: dict[str, float] = {}
     if "grpo" in studies:
-        r = train("vision_grpo", out / "grpo", common + budget(a.grpo_minutes))
-        print(f"| GRPO, image task | {100 * r['before']:.1f} | {100 * r['after']:.1f} | {r['minutes']:.1f} | {r['steps']} |")
-        summary.update(grpo_before=r["before"], grpo_after=r["after"])
+        runs = [train("vision_grpo", out / ("grpo" if s == 0 else f"grpo_s{s}"), common + budget(a.grpo_minutes) + [f"train.seed={s}"])
+                for s in range(a.grpo_seeds)]
+        for s, r in enumerate(runs):
+            print(f"| GRPO, image task, train.seed {s} | {100 * r['before']:.1f} | {100 * r['after']:.1f} | {r['minutes']:.1f} | {r['steps']} |")
+        summary.update(grpo_before=statistics.mean(r["before"] for r in runs), grpo_after=statistics.mean(r["after"] for r in runs))
+        if len(runs) > 1:
+            summary.update(grpo_after_min=min(r["after"] for r in runs), grpo_after_max=max(r["after"] for r in runs))
     if "papo" in studies:
         limit = [f"train.steps={a.papo_steps}", "train.max_minutes=0"] if a.papo_steps else budget(a.papo_minutes)
         rows = {name: [train(name if name == "papo" else "vision_grpo", out / f"{name}_s{s}",
