@@ -13,7 +13,9 @@ def test_reasoning_words_stop_before_the_answer():
         "the square starts at the top and moves".split()
     assert reasoning_words("first red then blue. Red!", "red") == ["first"]  # case and punctuation ignored
     assert reasoning_words("B. pick up celery", "B. pick up celery") == []  # the answer alone: no reasoning
-    assert reasoning_words("we need the sum 4 2 is it", "42") == "we need the sum 4 2 is it".split()  # words, not digits
+    assert reasoning_words("<think>we need the sum 4 2</think>", "42") == "we need the sum 4 2".split()  # words, not digits
+    assert reasoning_words("it moves up up", "left") == []  # never states the answer: its last words are its own answer
+    assert reasoning_words("it moves<answer>left</answer>", "left") == ["it", "moves"]
 
 
 def test_trace_prefix_takes_ceil_f_n_words():

@@ -13,9 +13,9 @@ magnitude"). Here:
 * ``samples`` trajectories (default 8, the paper's group size G [inferred]) from the policy as it
   is at the draw, best by the run's total reward (first of equals);
 * the reasoning part of the best trajectory: its ``<think>…</think>`` content when it has one,
-  else the text before ``<answer>``, else the whole completion — cut before the first place
-  where the gold answer's words appear, so the hint never states the answer [inferred: the
-  paper's partial trace stops short of the answer; it does not say how];
+  else the text before the first statement of the gold answer (none when it never states it) —
+  cut before the first place where the gold answer's words appear, so the hint never states
+  the answer [inferred: the paper's partial trace stops short of the answer; it does not say how];
 * the hint: ``"Hint: "`` + the first ``k = clip(ceil(f·n), 1, n)`` of its n words, f =
   clip(|ΔR| / r_range, 0, 1) (the linear form is [inferred]; the paper gives none).
 
@@ -35,6 +35,7 @@ TraceSampler = Callable[[list[dict], int], list[list[tuple[str, float]]]]
 ANSWER_CUE = "The answer is {answer}."
 _THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
 _WORD = re.compile(r"[\w']+")
+_TAG = re.compile(r"</?\w+>")
 
 
 def answer_conditioned(row: dict, cue: str = ANSWER_CUE) -> dict:
@@ -49,12 +50,15 @@ def _norm(word: str) -> str:
 def reasoning_words(completion: str, answer: object) -> list[str]:
     """The words of ``completion``'s reasoning that come before any statement of ``answer``.
 
-    Reasoning = the ``<think>`` content, else the text before ``<answer>``, else everything;
-    the words are cut at the first run of words that spells the answer (case and punctuation
-    ignored), e.g. "it moves left so left" with answer "left" -> ["it", "moves"].
+    With ``<think>`` tags the reasoning is their content; else it is the text before the first
+    run of words that spells the answer (case and punctuation ignored; before ``<answer>`` when
+    the completion has that tag), and a completion that never states the answer has none (its
+    last words would be its own, wrong, answer). E.g. "it moves left so left" with answer
+    "left" -> ["it", "moves"]; "it moves up" with answer "left" -> [].
     """
     match = _THINK.search(completion)
-    text = match.group(1) if match else completion.split("<answer>")[0]
+    tagged = match is not None
+    text = match.group(1) if tagged else completion.split("<answer>")[0]
     words = text.split()
     gold = [w for w in (_norm(x) for x in str(answer).split()) if w]
     normed = [_norm(w) for w in words]
@@ -62,7 +66,10 @@ def reasoning_words(completion: str, answer: object) -> list[str]:
         for i in range(len(words)):
             if normed[i : i + len(gold)] == gold:
                 return words[:i]
-    return words
+    if tagged:
+        return words
+    stated = [_norm(w) for w in _TAG.sub(" ", completion).split()]  # the answer after <answer>, or nowhere
+    return words if gold and any(stated[i : i + len(gold)] == gold for i in range(len(stated))) else []
 
 
 def trace_prefix(words: list[str], fraction: float) -> str:
