@@ -45,6 +45,20 @@ def test_reg_grpo_preset_regresses_a_nonzero_log_ratio(tmp_path):
     assert m["reg/rho_std"] > 0 and math.isfinite(m["reg/sq_err"]), m
 
 
+def test_reg_grpo_resumes_with_the_previous_policy_it_was_regressing_against(tmp_path):
+    # the snapshot travels in the checkpoint: a resumed run's first update is not a rho = 0 step
+    trainer = preset_trainer("reg_grpo", tmp_path)
+    trainer.train_step(), trainer.train_step()
+    trainer.save()
+    again = preset_trainer("reg_grpo", tmp_path)
+    assert again.policy.previous_weights() is None
+    again.resume()
+    saved, loaded = trainer.policy.previous_weights(), again.policy.previous_weights()
+    assert len(saved) == len(loaded) and all(torch.equal(a, b) for a, b in zip(saved, loaded))
+    assert any(not torch.equal(a, p) for a, p in zip(loaded, again.policy.trainable_parameters()))  # one update behind
+    assert again.train_step()["reg/rho_std"] > 1e-4
+
+
 # ----------------------------------------------------------------------------- fault 7: CRPO
 
 

@@ -118,6 +118,18 @@ class ModulePolicy:
         """
         self._previous = [p.detach().clone() for p in self.trainable_parameters()]
 
+    def previous_weights(self) -> Optional[list[torch.Tensor]]:
+        """The snapshot the 'previous' role scores with (None before the first update), for checkpoints."""
+        return getattr(self, "_previous", None)
+
+    def load_previous_weights(self, weights: Optional[list[torch.Tensor]]) -> None:
+        """Restore a checkpointed snapshot (each tensor onto its parameter's device)."""
+        params = list(self.trainable_parameters())
+        if weights is not None and len(weights) != len(params):
+            raise ValueError(f"the checkpoint's previous-policy snapshot has {len(weights)} tensors, the policy {len(params)} "
+                             "trainable parameters: resume with the model and LoRA settings it was saved with")
+        self._previous = None if weights is None else [w.to(p.device) for w, p in zip(weights, params)]
+
     @contextmanager
     def _previous_weights(self):
         saved = getattr(self, "_previous", None)

@@ -46,6 +46,7 @@ from grpokit.trainer.memory import allocate_gradients, release_free_memory, tune
 from grpokit.trainer.metrics import RunLogger, reward_metrics, rollout_entropy, sample_records
 from grpokit.trainer import producers
 from grpokit.trainer.progress import StepProgress
+from grpokit.trainer.stages import PreviousWeights
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +162,7 @@ class Trainer:
             "curriculum": getattr(self.sampler, "curriculum", None),
             "combiner_state": self.combiner.state,
             "reference": self.policy.reference if self.cfg.algorithm.ref_sync_every else None,  # it follows the policy
+            "previous_weights": PreviousWeights(self.policy) if "prev_logp" in self.needs else None,  # pi_old of Reg-GRPO
             # batch stages with weights or state of their own (e.g. a posterior model and its optimizer)
             **{f"stage/{type(s).__name__}": s for s in self.stages if hasattr(s, "state_dict")},
         }

@@ -130,3 +130,20 @@ class PreviousPolicySnapshot:
         ctx.policy.snapshot_previous()
         return []
 
+
+class PreviousWeights:
+    """Checkpoint part of a run that reads ``prev_logp``: the policy's 'previous' snapshot.
+
+    A resumed run regresses its first update against the weights the interrupted run would
+    have used, instead of against the current ones (rho = 0).
+    """
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"weights": self.policy.previous_weights()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_previous_weights(state["weights"])
+
