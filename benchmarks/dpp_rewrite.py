@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """DPP-GRPO in the paper's setting, measured: a prompt rewriter before and after SFT and GRPO.
 
-    OMP_NUM_THREADS=2 python benchmarks/dpp_rewrite.py --sft-steps 30 --grpo-minutes 4   # SmolLM2, ~20 min
+    OMP_NUM_THREADS=2 python benchmarks/dpp_rewrite.py --sft-steps 30 --grpo-minutes 4   # SmolLM2, ~20 min on 2 free cores
+    OMP_NUM_THREADS=2 python benchmarks/dpp_rewrite.py --sft-steps 5 --grpo-steps 3 --group-size 4 \
+        --prompts-per-step 2 --n-eval 8 --k 2 --arms rq                                  # the miniature of docs/rewards.md
     python benchmarks/dpp_rewrite.py --dry-run                                           # tiny random model, seconds
 
 Kazimi, Dunlop, Yanardag, "Diverse Video Generation with Determinantal Point Process-Guided
@@ -92,6 +94,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sft-steps", type=int, default=30)
     ap.add_argument("--grpo-minutes", type=float, default=4.0, help="GRPO training wall budget per arm")
+    ap.add_argument("--grpo-steps", type=int, default=0, help="> 0: this many GRPO steps per arm instead of the wall budget")
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--prompts-per-step", type=int, default=4)
+    ap.add_argument("--arms", default="rq,loo", help="GRPO arms after SFT: rq (reference R_q), loo (leave-one-out group)")
     ap.add_argument("--n-eval", type=int, default=16, help="held-out queries")
     ap.add_argument("--k", type=int, default=3, help="rewrites per sequentially built set")
     ap.add_argument("--max-new-tokens", type=int, default=40)
@@ -109,18 +115,22 @@ def main() -> None:
         args.sft_steps, args.grpo_minutes, args.n_eval, args.max_new_tokens = 2, 0.0, 4, 8
         extra = ["model.lora.target_modules=[q_proj, v_proj]", "rollout.max_new_tokens=8", "train.steps=2"]
     common = ["logging.progress=false", "logging.log_samples_every=0", *extra]
-    grpo = [*common, f"train.max_minutes={args.grpo_minutes}", "model.family=causal_lm", f"model.name={out / 'sft'}"]
-    if not args.dry_run:
-        grpo.append("train.steps=1000")  # the wall budget ends the run
+    grpo = [*common, "model.family=causal_lm", f"model.name={out / 'sft'}", f"rollout.group_size={args.group_size}",
+            f"rollout.prompts_per_step={args.prompts_per_step}", f"train.micro_batch_size={args.group_size * args.prompts_per_step}"]
+    if args.grpo_steps > 0:
+        grpo += ["train.max_minutes=0", f"train.steps={args.grpo_steps}"]
+    elif not args.dry_run:
+        grpo += [f"train.max_minutes={args.grpo_minutes}", "train.steps=1000"]  # the wall budget ends the run
     rewards = "rewards=[{{name: dpp, weight: 1.0, kwargs: {{reference: {ref}, embed: {embed}, lambda_div: 0.5, lambda_rel: 0.5}}}}]"
     secs = {"sft": train("dpp_rewrite_sft", [*common, f"model.name={model}", f"logging.output_dir={out / 'sft'}",
                                              f"train.steps={args.sft_steps}", f"logging.checkpoint_every={args.sft_steps}",
                                              rewards.format(ref="column", embed=embed)])}
-    for arm, ref in (("grpo_rq", "column"), ("grpo_loo", "group")):
+    arms = [a for a in (("grpo_rq", "column"), ("grpo_loo", "group")) if a[0][5:] in args.arms.split(",")]
+    for arm, ref in arms:
         secs[arm] = train("dpp_rewrite", [*grpo, f"logging.output_dir={out / arm}", rewards.format(ref=ref, embed=embed)])
     rows = TASKS.get("prompt_rewrites")(seed=0, n_train=0, n_heldout=args.n_eval).heldout
     results = {}
-    for arm, source in (("base", model), ("sft", out / "sft"), ("sft+grpo_rq", out / "grpo_rq"), ("sft+grpo_loo", out / "grpo_loo")):
+    for arm, source in [("base", model), ("sft", out / "sft")] + [(f"sft+{a}", out / a) for a, _ in arms]:
         results[arm] = measure(str(source), rows, args.k, args.max_new_tokens, embed)
         steps = out / arm.split("+")[-1] / "metrics.jsonl"
         if arm != "base" and steps.is_file():
