@@ -175,7 +175,11 @@ def child_grpokit(s: Sizes, folder: str, out_dir: str, checkpointing: bool) -> d
     """Time ``Trainer.train_step()`` on the throughput config."""
     from grpokit.trainer.loop import Trainer
 
-    trainer = Trainer(grpokit_config(s, folder, out_dir, checkpointing))
+    return _timed_steps(Trainer(grpokit_config(s, folder, out_dir, checkpointing)), s, "grpokit")
+
+
+def _timed_steps(trainer, s: Sizes, label: str) -> dict:
+    """``s.warmup`` untimed then ``s.steps`` timed ``trainer.train_step()`` calls; their records and the peak memory."""
     param = next(trainer.model.parameters())
     records = []
     for i in range(s.warmup + s.steps):
@@ -187,7 +191,7 @@ def child_grpokit(s: Sizes, folder: str, out_dir: str, checkpointing: bool) -> d
         _sync(s.device)
         records.append({"step_s": time.perf_counter() - t, "completion_len": m["completion_len/mean"],
                         "warmup": i < s.warmup})
-        log.info("grpokit step %d/%d: %.2fs (len %.1f)", i + 1, s.warmup + s.steps, records[-1]["step_s"],
+        log.info("%s step %d/%d: %.2fs (len %.1f)", label, i + 1, s.warmup + s.steps, records[-1]["step_s"],
                  m["completion_len/mean"])
     trainer.logger.close()
     return {"steps": records, "peak_mib": _peak_mib(s.device), "placed": f"{param.device.type}/{str(param.dtype)[6:]}"}
@@ -259,20 +263,7 @@ def child_fsdp(s: Sizes, folder: str, out_dir: str, checkpointing: bool) -> dict
     units = len(fsdp_modules(trainer.model))
     if not units:
         raise RuntimeError("distributed.learner=fsdp left the policy unsharded")
-    param = next(trainer.model.parameters())
-    records = []
-    for i in range(s.warmup + s.steps):
-        if i == s.warmup:
-            _reset_peak(s.device)
-        _sync(s.device)
-        t = time.perf_counter()
-        m = trainer.train_step()
-        _sync(s.device)
-        records.append({"step_s": time.perf_counter() - t, "completion_len": m["completion_len/mean"], "warmup": i < s.warmup})
-        log.info("grpokit fsdp step %d/%d: %.2fs", i + 1, s.warmup + s.steps, records[-1]["step_s"])
-    trainer.logger.close()
-    return {"steps": records, "peak_mib": _peak_mib(s.device), "units": units,
-            "placed": f"{param.device.type}/{str(param.dtype)[6:]}"}
+    return {**_timed_steps(trainer, s, "grpokit fsdp"), "units": units}
 
 
 def run_child(runs: tuple[str, ...], s: Sizes, folder: str, checkpointing: bool, timeout_s: float,
