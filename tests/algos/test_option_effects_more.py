@@ -244,3 +244,61 @@ def test_curriculum_options_the_constructor_refuses_are_refused_at_load(tmp_path
     assert _data_problem("difficulty_augmentation", f"{{perturber: '{tmp_path / 'hooks.py'}:NOT_A_FUNCTION'}}") == (
         f"data.curriculum_options.perturber '{tmp_path / 'hooks.py'}:NOT_A_FUNCTION' is not a function: name a function (row, fraction, rng)")
     assert _data_problem("pass_rate_filter", "{low: 0.9, high: 0.1}").startswith("data.curriculum_options: curriculum 'pass_rate_filter': need 0 <= low")
+
+
+# ----------------------------------------------------------------------------- the combiners' producer options
+
+REWARDS = '''def first_char(prompts, completions, **_):
+    return [(ord(c[0]) % 5) / 5 if c else 0.0 for c in completions]
+
+
+def last_char(prompts, completions, **_):
+    return [(ord(c[-1]) % 3) / 3 if c else 0.0 for c in completions]
+
+
+def prompt_code(prompts, completions, **_):
+    return [sum(map(ord, p)) % 7 / 7 for p in prompts]
+'''
+# reward_combiner.options keys read by the trainer's producer of a combiner's input: (combiner, alternative, metric)
+PRODUCER_ALTERNATIVES = {
+    "grad_param_pattern": ("mirror_descent", "layers.0.", "combiner/influence0"),
+    "grad_micro_batches": ("mirror_descent", 2, "combiner/influence0"),
+    "validation_prompts": ("hypervolume", 2, "combiner/validation1"),  # the prompt-code column: greedy completions of a random model may all be empty
+}
+
+
+def _one_step(combiner: str, options: dict, folder) -> dict:
+    from grpokit.testing import tiny_model_and_tokenizer
+    from grpokit.trainer.loop import Trainer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "rewards.py").write_text(REWARDS)
+    second = "last_char" if combiner == "mirror_descent" else "prompt_code"
+    shown = ", ".join(f"{k}: {v!r}" for k, v in options.items())
+    cfg = load_config(overrides=[
+        f"logging.output_dir={folder / 'run'}", "logging.progress=false", "logging.log_samples_every=0", "data.task=arithmetic",
+        "data.n_train=8", "data.n_heldout=8", "rollout.group_size=4", "rollout.prompts_per_step=2", "rollout.max_new_tokens=6",
+        "train.micro_batch_size=4", "eval.before=false", "eval.after=false", "train.steps=1", "algorithm.advantage=dr_grpo",
+        f"rewards=[{{name: '{folder / 'rewards.py'}:first_char'}}, {{name: '{folder / 'rewards.py'}:{second}'}}]",
+        f"reward_combiner.name={combiner}", f"reward_combiner.options={{{shown}}}"])
+    torch.manual_seed(0)
+    return Trainer(cfg, *tiny_model_and_tokenizer(seed=0)).train_step()
+
+
+def test_every_producer_option_of_the_combiners_changes_what_the_combiner_gets(tmp_path):
+    from grpokit.trainer.inputs import TRAINER_OPTIONS
+
+    assert sorted(PRODUCER_ALTERNATIVES) == sorted(TRAINER_OPTIONS["combiner"]), "add an alternative value for each producer option"
+    defaults = {name: _one_step(name, {}, tmp_path / name) for name in ("mirror_descent", "hypervolume")}
+    for option, (combiner, value, metric) in PRODUCER_ALTERNATIVES.items():
+        changed = _one_step(combiner, {option: value}, tmp_path / option)
+        assert changed[metric] != pytest.approx(defaults[combiner][metric], abs=1e-9), f"{option} = {value!r} did not change {metric}"
+
+
+def test_grad_micro_batches_beyond_a_step_s_micro_batches_is_refused():
+    """It was silently capped: objective_gradients takes the first grad_micro_batches micro-batches, of which there are 2."""
+    over = ["reward_combiner.name=mirror_descent", "rollout.prompts_per_step=2", "rollout.group_size=4", "train.micro_batch_size=4"]
+    assert method_problem(load_config(preset="demo", overrides=[*over, "reward_combiner.options={grad_micro_batches: 2}"])) is None
+    assert method_problem(load_config(preset="demo", overrides=[*over, "reward_combiner.options={grad_micro_batches: 3}"])) == (
+        "reward_combiner.options.grad_micro_batches = 3 exceeds the 2 micro-batch(es) of a step (rollout.prompts_per_step x "
+        "rollout.group_size / train.micro_batch_size): set it to at most 2")

@@ -82,6 +82,12 @@ def _trainer_option_problem(cfg: Config) -> Optional[str]:
             users = [n for n in get_registry("combiner").names() if needed in get_registry("combiner").spec(n).inputs]
             return (f"reward_combiner.options.{key} sets the producer of '{needed}', which combiner '{name}' does not read: "
                     f"remove it, or use {' / '.join(users)}")
+    r = cfg.rollout
+    parts = -(-r.prompts_per_step * r.group_size // cfg.train.micro_batch_size)  # micro-batches of a step's batch
+    wanted = int(cfg.reward_combiner.options.get("grad_micro_batches", 1))
+    if wanted > parts:  # objective_gradients takes the first `wanted` micro-batches: the rest do not exist
+        return (f"reward_combiner.options.grad_micro_batches = {wanted} exceeds the {parts} micro-batch(es) of a step "
+                f"(rollout.prompts_per_step x rollout.group_size / train.micro_batch_size): set it to at most {parts}")
     return None
 
 
