@@ -29,6 +29,7 @@ def batch(seed):
         "plan_mask": (torch.arange(T) < 2).float().expand(ROWS, T).clone(),
         "verif_mask": (torch.arange(T) >= 3).float().expand(ROWS, T).clone(),
         "verif_adv": torch.tensor([0.3, -0.3, 0.0, 1.0, -0.5, -0.5]),
+        "prev_logp": logp + 0.05 * torch.randn(ROWS, T, generator=g),  # reg_grpo's previous-iteration policy
     }
 
 

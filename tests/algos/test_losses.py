@@ -82,7 +82,7 @@ def test_every_loss_invariants(name):
     extras = dict(group_ids=torch.tensor([0, 0, 1, 1]), rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]))
 
     def loss_of(lp, o, r, t):
-        inp = LossInputs(logp=lp, old_logp=o, adv=adv, mask=mask, ref_logp=r, teacher_logp=t, **extras)
+        inp = LossInputs(logp=lp, old_logp=o, prev_logp=o, adv=adv, mask=mask, ref_logp=r, teacher_logp=t, **extras)
         per_tok, _ = fn(inp)
         return AGGREGATIONS.get("token_mean")(per_tok, mask)
 
@@ -100,7 +100,8 @@ def test_every_loss_invariants(name):
     logp2 = logp.detach().clone().requires_grad_(True)
     # humanline and kdrl refuse to run without their reference / teacher; kdrl's distillation term is off (kd_coef 0)
     no_extra_terms = {"kd_coef": 0.0} if name == "kdrl" else {}
-    per_tok, _ = fn(LossInputs(logp=logp2, old_logp=old.detach(), adv=torch.zeros(4), mask=mask, ref_logp=ref.detach(),
+    per_tok, _ = fn(LossInputs(logp=logp2, old_logp=old.detach(), prev_logp=old.detach(), adv=torch.zeros(4), mask=mask,
+                               ref_logp=ref.detach(),
                                teacher_logp=teacher.detach(), **extras), **no_extra_terms)
     AGGREGATIONS.get("token_mean")(per_tok, mask).backward()
     assert float(logp2.grad.abs().max()) == 0.0
