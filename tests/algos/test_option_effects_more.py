@@ -302,3 +302,19 @@ def test_grad_micro_batches_beyond_a_step_s_micro_batches_is_refused():
     assert method_problem(load_config(preset="demo", overrides=[*over, "reward_combiner.options={grad_micro_batches: 3}"])) == (
         "reward_combiner.options.grad_micro_batches = 3 exceeds the 2 micro-batch(es) of a step (rollout.prompts_per_step x "
         "rollout.group_size / train.micro_batch_size): set it to at most 2")
+
+
+def test_pass_rate_bounds_over_rows_without_a_pass_rate_are_refused_at_load():
+    """They were silently no-ops: with no row carrying a rate (column or pass_rates), the offline filter keeps every row."""
+    from grpokit.trainer.inputs import RunContractError, check_data
+
+    rows = [{"prompt": "What is 1 + 2?", "answer": "3"}, {"prompt": "What is 2 + 2?", "answer": "4"}]
+    cfg = load_config(preset="demo", overrides=["data.curriculum=pass_rate_filter", "data.curriculum_options={low: 0.2, pass_rates: {typo: 0.5}}"])
+    with pytest.raises(RunContractError) as exc:
+        check_data(cfg, rows)
+    assert str(exc.value) == ("data.curriculum_options.low filters by a precomputed pass rate, and none of the 2 training rows has one "
+                              "(no 'pass_rate' column, no prompt of pass_rates): add the column, fix pass_rates / pass_rate_column, "
+                              "or remove low, pass_rates")
+    check_data(cfg, [*rows, {"prompt": "What is 3 + 2?", "answer": "5", "pass_rate": 0.5}])  # one row with a rate: it acts
+    online = load_config(preset="demo", overrides=["data.curriculum=pass_rate_filter", "data.curriculum_options={min_observations: 1}"])
+    check_data(online, rows)  # the online filter needs no precomputed rate

@@ -73,6 +73,10 @@ class Curriculum:
     def metrics(self) -> dict[str, float]:
         return {}
 
+    def data_problem(self, rows: list[dict], given: set[str]) -> str | None:
+        """Why options ``given`` (the keys the config set) cannot act on the training ``rows``, as one line; None if they can."""
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
@@ -326,6 +330,15 @@ class PassRateFilter(Curriculum):
         if column and row.get(column) is not None:
             return float(row[column])
         return None
+
+    def data_problem(self, rows: list[dict], given: set[str]) -> str | None:
+        """The offline options set when no training row has a precomputed pass rate (they would filter nothing)."""
+        offline = sorted(given & {"low", "high", "keep_unknown", "pass_rates", "pass_rate_column"})
+        if not offline or not rows or any(self.offline_rate(row) is not None for row in rows):
+            return None
+        return (f"data.curriculum_options.{offline[0]} filters by a precomputed pass rate, and none of the {len(rows)} training "
+                f"rows has one (no '{self.pass_rate_column}' column, no prompt of pass_rates): add the column, fix pass_rates / "
+                f"pass_rate_column, or remove {', '.join(offline)}")
 
     def observe(self, rows: list[dict], group_accuracy: list[float]) -> None:
         _check_lengths(rows, group_accuracy)

@@ -244,6 +244,11 @@ def check_data(cfg: Config, rows: list[dict]) -> None:
             "use a vision-language model (a Qwen2-VL folder, or tiny-qwen2vl) or drop the column"
         )
     problem = run_family(cfg).data_problem(cfg, rows, needed_inputs(cfg))
+    if problem is None and cfg.data.curriculum:  # e.g. pass-rate bounds over rows that carry no pass rate
+        from grpokit.registries import get_registry
+
+        curriculum = get_registry("curriculum").get(cfg.data.curriculum)(**cfg.data.curriculum_options)
+        problem = curriculum.data_problem(rows, set(cfg.data.curriculum_options))
     if problem is not None:
         raise RunContractError(problem)
     named = sorted({row["environment"] for row in rows if row.get("environment")})
