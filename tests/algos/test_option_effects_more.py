@@ -92,8 +92,11 @@ def test_mirror_descent_influence_is_no_config_option():
     with_option = call_with(fn, SCORES, GROUP_IDS, context=context, options={"influence": [1e3, -1e3]})[0]
     assert torch.equal(with_option, call_with(fn, SCORES, GROUP_IDS, context=context)[0])
     assert "influence" not in COMBINERS.option_names("mirror_descent")
-    with pytest.raises(ValueError) as exc:
-        COMBINERS.check_options("mirror_descent", {"influence": [1.0, 0.0]}, "reward_combiner.options")
+    from grpokit.trainer.inputs import RunContractError, check_run
+
+    with pytest.raises(RunContractError) as exc:  # at load
+        check_run(load_config(preset="demo", overrides=["reward_combiner.name=mirror_descent",
+                                                        "reward_combiner.options={influence: [1.0, 0.0]}"]))
     assert str(exc.value) == ("reward_combiner.options ['influence'] is not an option of combiner 'mirror_descent'; valid keys: "
                               "accumulation_steps, normalize, rho, std_eps, std_mode")
 
