@@ -6,6 +6,8 @@
     python benchmarks/learner_memory.py --objective sft --rows 1 --lengths 2048,4096,8000
     python benchmarks/learner_memory.py --objective dpo --rows 2 --lengths 2048,4096,8000   # one pair
     python benchmarks/learner_memory.py --ranks 1,2                # FSDP: per-rank training state at 1 and 2 ranks
+    python benchmarks/learner_memory.py --fit-budget 1024 --threads 1   # longest T in 1 GiB: checkpointing vs StreamBP layer
+    python benchmarks/learner_memory.py --dry-run                  # the --fit-budget path on a tiny random model (seconds)
 
 One learner step = forward + backward of the objective on one micro-batch of ``rows`` completions of
 one prompt, every completion exactly T tokens, on the embedded SmolLM2-135M-Instruct (fp32, full
@@ -22,13 +24,26 @@ pushed back chunk by chunk. Modes:
                  the chunked head; what most trainers do);
 * ``chunked``  — grpokit's default: the LM head runs from hidden states in row chunks, the logits
                  recomputed in its backward (``grpokit.model.chunked_head``);
-* ``streambp`` — chunked head + sequence-chunked backprop through the layers
-                 (``train.sequence_chunk``, ``grpokit.model.streambp``).
+* ``streambp`` — chunked head + sequence-chunked backprop through the layers over a kept KV cache
+                 (``train.sequence_chunk``, ``train.streambp=cache``, ``grpokit.model.streambp``);
+* ``checkpoint`` — chunked head + activation checkpointing of every decoder layer
+                 (``train.activation_checkpointing``), through the policy's learner forward;
+* ``layer``    — StreamBP's own scheme (``train.streambp=layer``, ``grpokit.model.streambp_layers``):
+                 checkpointing at layer boundaries, each layer's backward recomputed and
+                 back-propagated ``--chunk`` rows at a time, through the policy's learner forward.
 
 Each (mode, T) runs in a fresh child process. Reported: the learner's peak extra memory =
 peak RSS during the step minus RSS just before it (model, gradients already allocated, inputs
 ready), and the step's seconds. The last line is machine-readable:
 ``streambp_vs_logits_at_<Tmax>=<ratio> chunked_vs_logits_at_<Tmax>=<ratio>``.
+
+``--fit-budget MIB``: the paper's comparison (arXiv 2506.03077, Sec. 4: longest trainable sequence
+at a memory budget). For each objective of ``--objectives`` (SFT: 1 row; DPO: 1 pair; GRPO: a
+group of 2) and for ``checkpoint`` and ``layer``, the longest completion length T whose learner
+extra memory stays within the budget: T doubles from ``--start`` until a step exceeds it (a child
+stops itself once its RSS passes the budget), then bisects down to ``--resolution`` x T, in
+multiples of 64. Prints a table and ``layer_vs_checkpoint_<objective>=<ratio>`` lines; ``--out DIR``
+also writes ``fit.json``. ``--dry-run``: the same on grpokit's tiny random model with a tiny budget.
 
 ``--ranks 1,2``: the sharded learner (``distributed.learner=fsdp``, :mod:`grpokit.distributed.fsdp`)
 under torchrun with N gloo ranks on CPU: one GRPO step (forward, backward, AdamW) of a micro-batch of
@@ -47,7 +62,10 @@ import sys
 import time
 
 MODES = ("logits", "chunked", "streambp")
+FIT_MODES = ("checkpoint", "layer")  # gradient checkpointing alone vs StreamBP's layer scheme
+FIT_ROWS = {"sft": 1, "dpo": 2, "grpo": 2}  # one sequence, one chosen/rejected pair, one group of 2
 TAG = "LEARNER_MEMORY_JSON:"
+OVER = 3  # a child's exit status when its RSS passed the budget
 
 
 def _status_mib(field: str) -> float:
@@ -58,19 +76,47 @@ def _status_mib(field: str) -> float:
     raise RuntimeError(field)
 
 
-def child(mode: str, length: int, rows: int, chunk: int, objective_name: str = "grpo") -> None:
+def _load(model_name: str):
+    """(model, tokenizer): the embedded SmolLM2 in fp32, or ``tiny``: grpokit's tiny random Llama (the dry run)."""
+    if model_name == "tiny":
+        from grpokit.testing import tiny_model_and_tokenizer
+
+        return tiny_model_and_tokenizer(seed=0, hidden=64, layers=4)
+    from grpokit.model.loading import load_model
+
+    return load_model(model_name, dtype="float32")
+
+
+def _stop_over_budget(before: float, budget: float) -> None:
+    """A daemon thread that ends the process (exit status OVER) once RSS exceeds ``before + budget`` MiB."""
+    import threading
+
+    def watch() -> None:
+        while True:
+            if _status_mib("VmRSS") - before > budget:
+                os._exit(OVER)
+            time.sleep(0.005)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def child(mode: str, length: int, rows: int, chunk: int, objective_name: str = "grpo", model_name: str = "smollm2-135m-instruct",
+          budget: float = 0.0) -> dict:
+    """One learner step after a 16-token warm-up; prints (and returns) its result line."""
+    import types
+
     import torch
 
     from grpokit.algos.objective import BatchTotals, ObjectiveTerms, grpo_objective
     from grpokit.algos.offline import OFFLINE_LOSSES, OfflineInputs
     from grpokit.algos.losses import LossInputs
-    from grpokit.model.loading import load_model
+    from grpokit.families.causal_lm.policy import CausalLMPolicy
     from grpokit.model.logprobs import completion_logprobs
     from grpokit.model.streambp import streamed_backward, streamed_forward
     from grpokit.registries import get_registry
 
     torch.manual_seed(0)
-    model, tok = load_model("smollm2-135m-instruct", dtype="float32")
+    model, tok = _load(model_name)
     model.train()
     for p in model.parameters():  # gradients exist before the step, as from the second step of training
         p.grad = torch.zeros_like(p)
@@ -78,7 +124,7 @@ def child(mode: str, length: int, rows: int, chunk: int, objective_name: str = "
                                      tokenize=False, add_generation_prompt=True)
     p_ids = tok(prompt, return_tensors="pt", add_special_tokens=False).input_ids.repeat(rows, 1)
     p_mask = torch.ones_like(p_ids)
-    c_ids = torch.randint(100, 40000, (rows, length))
+    c_ids = torch.randint(100, min(40000, model.config.vocab_size), (rows, length))
     c_mask = torch.ones_like(c_ids)
     group = torch.zeros(rows, dtype=torch.long)
     adv = torch.randn(rows)
@@ -97,8 +143,16 @@ def child(mode: str, length: int, rows: int, chunk: int, objective_name: str = "
         loss, _ = grpo_objective(inp, terms, BatchTotals(num_seqs=float(rows), num_tokens=float(mask.sum()), max_len=mask.shape[1]))
         return loss
 
+    policy = CausalLMPolicy(model, tok, None, sequence_chunk=chunk if mode == "layer" else 0,
+                            streambp="layer" if mode == "layer" else "cache", checkpoint=mode == "checkpoint")
+
     def step(args):
-        if mode == "streambp":
+        if mode in FIT_MODES:  # what the trainers run: the policy's learner forward and its staged backward
+            mb = types.SimpleNamespace(prompt_ids=args[0], prompt_mask=args[1], completion_ids=args[2], completion_mask=args[3],
+                                       group_ids=group)
+            out = policy.learn_forward(mb, with_entropy=False, entropy_grad=False)
+            out.backward(objective(out.logp, args[3]))
+        elif mode == "streambp":
             logp, _, state = streamed_forward(model, *args, group_ids=group, chunk=chunk)
             logp.requires_grad_()
             (g,) = torch.autograd.grad(objective(logp, args[3]), [logp])
@@ -112,12 +166,16 @@ def child(mode: str, length: int, rows: int, chunk: int, objective_name: str = "
     before = _status_mib("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:  # reset the peak (VmHWM) to the current RSS
         f.write("5")
+    if budget > 0:
+        _stop_over_budget(before, budget)
     t0 = time.perf_counter()
     step(args)
     seconds = time.perf_counter() - t0
     peak = _status_mib("VmHWM")
-    print(TAG + json.dumps({"objective": objective_name, "mode": mode, "T": length, "rows": rows, "before_mib": before, "peak_mib": peak,
-                            "extra_mib": peak - before, "seconds": seconds}), flush=True)
+    result = {"objective": objective_name, "mode": mode, "T": length, "rows": rows, "before_mib": before, "peak_mib": peak,
+              "extra_mib": peak - before, "seconds": seconds}
+    print(TAG + json.dumps(result), flush=True)
+    return result
 
 
 def _local_bytes(t) -> int:
@@ -196,19 +254,103 @@ def fsdp_report(ranks: list[int], length: int, rows: int, threads: int) -> None:
     print(" ".join(f"fsdp_state_ratio_{n}_vs_{min(total)}={max(v) / one:.3f}" for n, v in sorted(total.items()) if n != min(total)))
 
 
+def _probe(mode: str, length: int, rows: int, objective: str, a, budget: float = 0.0):
+    """One learner step in a fresh child: its result dict, or None when it passed ``budget`` MiB (or died).
+
+    The dry run's tiny model steps in this process (a child's imports would take longer than its step).
+    """
+    if a._model == "tiny":
+        return child(mode, length, rows, a.chunk, objective, a._model)
+    cmd = [sys.executable, __file__, "--_child", mode, str(length), "--rows", str(rows), "--chunk", str(a.chunk),
+           "--objective", objective, "--_model", a._model, "--_budget", str(budget)]
+    if a.threads:
+        cmd += ["--threads", str(a.threads)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith(TAG)), None)
+    if line is not None:
+        return json.loads(line[len(TAG):])
+    if budget > 0 and out.returncode in (OVER, -9):  # over the budget (or killed for memory)
+        return None
+    print(out.stderr[-3000:], file=sys.stderr)
+    raise SystemExit(f"child {mode} T={length} failed")
+
+
+def longest_fit(mode: str, objective: str, a) -> tuple[int, list]:
+    """(longest T within ``a.fit_budget`` MiB, every probe): doubling from ``a.start``, then bisection to ``a.resolution``."""
+    rows, probes = FIT_ROWS[objective], []
+
+    def fits(t: int) -> bool:
+        r = _probe(mode, t, rows, objective, a, a.fit_budget)
+        ok = r is not None and r["extra_mib"] <= a.fit_budget
+        probes.append({"T": t, "fits": ok, "extra_mib": r["extra_mib"] if r else None, "seconds": r["seconds"] if r else None})
+        print(f"{objective:4s} {mode:10s} T={t:6d} {'fits' if ok else 'over'}"
+              + (f"  extra {r['extra_mib']:7.0f} MiB  {r['seconds']:6.1f} s" if r else ""), file=sys.stderr, flush=True)
+        return ok
+
+    lo, hi, t = 0, None, a.start
+    while t <= a.max_len:
+        if not fits(t):
+            hi = t
+            break
+        lo, t = t, t * 2
+    if hi is None:
+        return lo, probes  # fits up to --max-len
+    while hi - lo > max(64, a.resolution * lo):
+        mid = (lo + hi) // 2 // 64 * 64
+        if mid <= lo:
+            break
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo, probes
+
+
+def fit_report(a) -> None:
+    """The paper's comparison: per objective, the longest T within the budget, checkpointing alone vs StreamBP layer."""
+    results = {}
+    for objective in a.objectives.split(","):
+        for mode in FIT_MODES:
+            results[(objective, mode)] = longest_fit(mode, objective, a)
+    model = "tiny random Llama (dry run)" if a._model == "tiny" else "SmolLM2-135M-Instruct fp32, full fine-tune"
+    print(f"longest completion within {a.fit_budget:.0f} MiB of learner memory; {model}; StreamBP chunk {a.chunk}")
+    print("| objective | rows | checkpointing alone | StreamBP layer | ratio |")
+    print("|---|---|---|---|---|")
+    lines = []
+    for objective in a.objectives.split(","):
+        ck, ly = results[(objective, "checkpoint")][0], results[(objective, "layer")][0]
+        cap = lambda t: f">= {t}" if t >= a.max_len else str(t)  # noqa: E731 -- the search stopped at --max-len
+        ratio = ly / ck if ck else float("inf")
+        print(f"| {objective} | {FIT_ROWS[objective]} | {cap(ck)} | {cap(ly)} | {ratio:.2f} |")
+        lines.append(f"layer_vs_checkpoint_{objective}={ratio:.3f}")
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "fit.json"), "w") as f:
+            json.dump({f"{o}/{m}": {"longest": t, "probes": pr} for (o, m), (t, pr) in results.items()}, f, indent=1)
+    print(" ".join(lines))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lengths", default="512,1024,2048", help="completion lengths T")
     p.add_argument("--rows", type=int, default=2, help="completions in the micro-batch (one prompt)")
     p.add_argument("--chunk", type=int, default=256, help="StreamBP chunk (train.sequence_chunk)")
-    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--modes", default=",".join(MODES), help=f"of {', '.join(MODES + FIT_MODES)}")
     p.add_argument("--objective", choices=("grpo", "sft", "dpo"), default="grpo",
                    help="the loss of the step (dpo: --rows must be even, chosen then rejected)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--ranks", default="", help="FSDP mode: comma-separated torchrun rank counts, e.g. 1,2")
+    p.add_argument("--fit-budget", type=float, default=0.0, help="MiB of learner memory: longest T per objective (see above)")
+    p.add_argument("--objectives", default="sft,dpo,grpo", help="--fit-budget: the objectives searched")
+    p.add_argument("--start", type=int, default=256, help="--fit-budget: first T of the doubling search")
+    p.add_argument("--max-len", type=int, default=65536, help="--fit-budget: stop doubling here")
+    p.add_argument("--resolution", type=float, default=0.125, help="--fit-budget: bisect until the bracket is this fraction of T")
+    p.add_argument("--dry-run", action="store_true", help="--fit-budget on a tiny random model, tiny budget and lengths (seconds)")
+    p.add_argument("--out", default="", help="--fit-budget: write fit.json here")
     p.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
     p.add_argument("--_fsdp_child", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--_model", default="smollm2-135m-instruct", help=argparse.SUPPRESS)
+    p.add_argument("--_budget", type=float, default=0.0, help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.dry_run:  # seconds on any machine: one thread, however many cores other jobs leave
+        a.threads = a.threads or 1
     if a.threads:
         import torch
 
@@ -216,7 +358,7 @@ def main() -> None:
     if a.objective == "dpo" and a.rows % 2:
         raise SystemExit(f"--objective dpo needs an even --rows (chosen / rejected pairs), got {a.rows}")
     if a._child:
-        child(a._child[0], int(a._child[1]), a.rows, a.chunk, a.objective)
+        child(a._child[0], int(a._child[1]), a.rows, a.chunk, a.objective, a._model, a._budget)
         return
     if a._fsdp_child:
         fsdp_child(a._fsdp_child, a.rows)
@@ -225,21 +367,18 @@ def main() -> None:
     if a.ranks:
         fsdp_report([int(n) for n in a.ranks.split(",")], int(a.lengths.split(",")[0]), a.rows, a.threads)
         return
+    if a.dry_run:  # the tiny model's RSS growth is mostly noise: this checks the code path, not the numbers
+        a._model, a.chunk, a.start, a.max_len = "tiny", 16, 64, 256
+        a.fit_budget = a.fit_budget or 64.0
+    if a.fit_budget > 0:
+        fit_report(a)
+        return
     results = []
     for length in [int(x) for x in a.lengths.split(",")]:
         for mode in a.modes.split(","):
-            cmd = [sys.executable, __file__, "--_child", mode, str(length), "--rows", str(a.rows), "--chunk", str(a.chunk),
-                   "--objective", a.objective]
-            if a.threads:
-                cmd += ["--threads", str(a.threads)]
-            out = subprocess.run(cmd, capture_output=True, text=True)
-            line = next((ln for ln in out.stdout.splitlines() if ln.startswith(TAG)), None)
-            if line is None:
-                print(out.stderr[-3000:], file=sys.stderr)
-                raise SystemExit(f"child {mode} T={length} failed")
-            r = json.loads(line[len(TAG):])
+            r = _probe(mode, length, a.rows, a.objective, a)
             results.append(r)
-            print(f"T={length:5d} {mode:9s} extra {r['extra_mib']:8.0f} MiB  peak {r['peak_mib']:8.0f} MiB  {r['seconds']:6.1f} s",
+            print(f"T={length:5d} {mode:10s} extra {r['extra_mib']:8.0f} MiB  peak {r['peak_mib']:8.0f} MiB  {r['seconds']:6.1f} s",
                   file=sys.stderr, flush=True)
     print(f"objective {a.objective}, {a.rows} rows, chunk {a.chunk}")
     print("| T | mode | learner extra MiB | peak RSS MiB | s | extra / logits |")

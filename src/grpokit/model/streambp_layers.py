@@ -13,8 +13,9 @@ layer the output rows ``[s, e)`` depend on the input rows ``[0, e)`` only: the q
 
 Inside :func:`streamed_layers` every decoder layer runs as :class:`_StreamedLayer`:
 
-* forward (no graph): the whole layer over the whole sequence; only its input ``[B, T, d]`` is
-  kept (the layer-boundary hidden state, as activation checkpointing keeps);
+* forward (no graph): every row's keys/values, then the layer chunk by chunk (so no
+  ``[T, T]`` attention scores exist where attention is not fused, e.g. SDPA with a mask on CPU);
+  only its input ``[B, T, d]`` is kept (the layer-boundary hidden state, as checkpointing keeps);
 * backward, given ``G = dL/dZ_out`` ``[B, T, d]``: the keys/values of every row are computed once
   without a graph (the layer runs up to its cache write, then stops); then the chunks, last to
   first: rows ``s:e`` are recomputed with a graph, their queries attending to the earlier rows'
@@ -109,6 +110,27 @@ class _Call:
         return self.forward(hidden, **kw)
 
 
+def _keys_values(call: _Call, hidden: torch.Tensor, pk, pv) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every row's keys/values ``[B, kv, q, d_head]``, no graph: the layer runs up to its cache write, then stops."""
+    q, p = hidden.shape[1], 0 if pk is None else pk.shape[-2]
+    capture = _ChunkCache(pk, pv, stop=True)
+    with torch.no_grad():
+        try:
+            call.run(hidden, capture, 0, q, q, p)
+        except _KeysValuesWritten:
+            pass
+    if capture.new is None:
+        raise ValueError(f"{FIELD} needs decoder layers that write keys/values through the cache: set train.streambp=cache")
+    return capture.new
+
+
+def _prefix(pk, pv, keys: torch.Tensor, values: torch.Tensor, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys/values that rows ``s:`` attend to before their own: the prompt's, then rows ``0:s``."""
+    if pk is None:
+        return keys[:, :, :s], values[:, :, :s]
+    return torch.cat([pk.detach(), keys[:, :, :s]], dim=-2), torch.cat([pv.detach(), values[:, :, :s]], dim=-2)
+
+
 class _StreamedLayer(torch.autograd.Function):
     """Forward: the layer without a graph, keeping its input. Backward: recomputed and back-propagated chunk by chunk."""
 
@@ -116,7 +138,17 @@ class _StreamedLayer(torch.autograd.Function):
     def forward(ctx, call: _Call, hidden, prompt_k, prompt_v, _grad_anchor):  # noqa: D401
         ctx.call = call
         ctx.save_for_backward(hidden, prompt_k, prompt_v)
-        return call.forward(hidden, **call.kwargs)
+        q = hidden.shape[1]
+        if q <= call.chunk:
+            return call.forward(hidden, **call.kwargs)
+        p = 0 if prompt_k is None else prompt_k.shape[-2]
+        keys, values = _keys_values(call, hidden, prompt_k, prompt_v)  # then the rows chunk by chunk, as in the backward:
+        out = torch.empty_like(hidden)  # no [B, heads, T, T] attention scores even where attention is not fused
+        for s in range(0, q, call.chunk):
+            e = min(s + call.chunk, q)
+            cache = _ChunkCache(*_prefix(prompt_k, prompt_v, keys, values, s), record=False)
+            out[:, s:e] = call.run(hidden[:, s:e], cache, s, e, q, p)
+        return out
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -125,13 +157,7 @@ class _StreamedLayer(torch.autograd.Function):
         b, q = hidden.shape[:2]
         need_x, need_prompt = ctx.needs_input_grad[1], ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
         p = 0 if pk is None else pk.shape[-2]
-        with torch.no_grad():  # every row's keys/values [B, kv, q, d_head]: the layer up to its cache write
-            capture = _ChunkCache(pk, pv, stop=True)
-            try:
-                call.run(hidden, capture, 0, q, q, p)
-            except _KeysValuesWritten:
-                pass
-        keys, values = capture.new
+        keys, values = _keys_values(call, hidden, pk, pv)
         d_keys, d_values = torch.zeros_like(keys), torch.zeros_like(values)
         grad_x = torch.zeros_like(hidden) if need_x else None
         d_pk = torch.zeros_like(pk) if need_prompt else None
@@ -139,9 +165,7 @@ class _StreamedLayer(torch.autograd.Function):
         for s in reversed(range(0, q, call.chunk)):
             e = min(s + call.chunk, q)
             x = hidden[:, s:e].detach().requires_grad_(need_x)
-            prefix_k = keys[:, :, :s] if pk is None else torch.cat([pk.detach(), keys[:, :, :s]], dim=-2)
-            prefix_v = values[:, :, :s] if pv is None else torch.cat([pv.detach(), values[:, :, :s]], dim=-2)
-            prefix_k, prefix_v = prefix_k.detach().requires_grad_(), prefix_v.detach().requires_grad_()
+            prefix_k, prefix_v = (t.detach().requires_grad_() for t in _prefix(pk, pv, keys, values, s))
             cache = _ChunkCache(prefix_k, prefix_v)
             with torch.enable_grad():
                 out = call.run(x, cache, s, e, q, p)
