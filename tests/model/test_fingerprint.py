@@ -85,7 +85,7 @@ def test_pinned_build_runs_the_builder_in_a_pinned_child(tmp_path, monkeypatch, 
     build = fp.read(folder)["build"]
     # the child saw the pins, whatever the parent's environment: ATen ran its DEFAULT (non-vectorised) kernels
     assert build["pinned"]["MKL_CBWR"] == "COMPATIBLE" and build["aten_capability"] == "DEFAULT"
-    assert build["threads"] == 1 and build["mkl_shim"] is False and build["mkldnn"] is False
+    assert build["threads"] == 1 and build["mkl_shim"] is False and build["mkldnn"] is False and build["nnpack"] is False
 
 
 def test_pinned_build_names_the_builder_when_the_child_fails(tmp_path):

@@ -20,8 +20,8 @@ Two things follow:
   is imported (:data:`PINNED_ENV`): one thread, ``MKL_CBWR=COMPATIBLE`` (MKL's conditional
   numerical reproducibility: its SSE2 code path, documented to give the same results on any x86
   CPU), ``ATEN_CPU_CAPABILITY=default`` (ATen's non-vectorised kernels), oneDNN held to SSE4.1,
-  glibc's AVX2 / FMA / AVX-512 function variants masked, oneDNN off (convolutions as im2col + MKL
-  GEMM), no MKL shim, deterministic algorithms.
+  glibc's AVX2 / FMA / AVX-512 function variants masked, oneDNN and NNPACK off (convolutions as
+  im2col + MKL GEMM), no MKL shim, deterministic algorithms.
   Bit-identity across x86 CPUs was designed for; it holds under the perturbations one machine
   allows (with / without the shim, other outer ``ATEN_CPU_CAPABILITY`` /
   ``MKL_ENABLE_INSTRUCTIONS``) but not on an emulated AVX2-only CPU, where float32 ``torch.sqrt``
@@ -118,7 +118,8 @@ def cpu_settings() -> dict[str, Any]:
     except OSError:
         pass
     return {"torch": torch.__version__, "aten_capability": torch.backends.cpu.get_cpu_capability(),
-            "threads": torch.get_num_threads(), "mkldnn": torch.backends.mkldnn.enabled, "cpu": model, "isa": [f for f in ISA_FLAGS if f in flags],
+            "threads": torch.get_num_threads(), "mkldnn": torch.backends.mkldnn.enabled,
+            "nnpack": torch._C._get_nnpack_enabled(), "cpu": model, "isa": [f for f in ISA_FLAGS if f in flags],
             "pinned": {k: os.environ.get(k) for k in PINNED_ENV} if is_pinned() else None,
             "mkl_shim": any("libgrpokit_mkl_amd" in p for p in os.environ.get("LD_PRELOAD", "").split())}
 
@@ -192,6 +193,10 @@ def _child_build(target: str, out: str, kwargs: str) -> None:
     # oneDNN picks its convolution kernels and blocking by CPU and promises no cross-CPU results; without
     # it ATen's native convolutions run as im2col + MKL GEMM, which MKL_CBWR pins.
     torch.backends.mkldnn.enabled = False
+    # NNPACK (picked for 2-D convolutions where its ISA-specific kernels run) is another convolution
+    # library: measured, tiny-flow's first conv2d gave other floats natively (NNPACK) than under qemu
+    # (NNPACK "unsupported hardware": ATen's im2col + GEMM). Off, every CPU takes im2col + MKL GEMM.
+    torch.backends.nnpack.set_flags(False)
     module, func = target.split(":")
     getattr(importlib.import_module(module), func)(Path(out), **json.loads(kwargs))
 
