@@ -114,3 +114,20 @@ def test_tpsft_as_an_offline_stage_starts_at_minus_one_and_descends(tmp_path):
     # the reference is the starting model: r = 1 on every token before training, loss = -1 exactly
     assert train["before"]["loss"] == pytest.approx(-1.0, abs=1e-6)
     assert train["after"]["loss"] < -1.0
+
+
+def test_tpsft_waits_for_the_refresh_when_every_target_token_is_clipped():
+    """An update that overshoots 1 + eps on every target token zeroes the gradient until pi_old is refreshed: the
+    edit skips those steps and goes on after the refresh (PSFT's next iteration) instead of ending there."""
+    edits = make_facts(1, seed=0)
+    prompt = [f"<|im_start|>user\n{edits[0].prompt}<|im_end|>\n<|im_start|>assistant\n"]
+    rows = {}
+    for refresh in (2, 0):
+        model, tok = tiny_model_and_tokenizer(layers=3, hidden=32)
+        cfg = EditConfig(method="tpsft", layers=[2], steps=6, lr=0.3, refresh_every=refresh, max_grad_norm=0)
+        rows[refresh] = apply_edits(model, tok, edits, prompt, cfg, progress=False)[0]
+    # one snapshot: the first update takes every target token past r = 1.2 and no refresh is left, so the edit ends
+    assert rows[0]["updates"] == 1 and rows[0]["clipped"] == 1.0
+    # refreshed every 2 steps: step 1 is all clipped and skipped, steps 2-5 update after the refresh (measured 5)
+    assert 1 < rows[2]["updates"] < 6
+    assert rows[2]["p_after"] > rows[0]["p_after"]

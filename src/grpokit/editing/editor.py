@@ -10,9 +10,11 @@ object's tokens and that token only ([B, T] mask = 1 there).
 
 ``method="tpsft"``: :func:`grpokit.editing.tpsft.tpsft_token_loss` against pi_old, the target
 tokens' log-probs under a snapshot of the model taken at the start of the edit and refreshed
-every ``refresh_every`` updates (PSFT's iteration; default 2; 0 = one snapshot per edit, which
+every ``refresh_every`` steps (PSFT's iteration; default 2; 0 = one snapshot per edit, which
 caps each target token at about (1 + eps) times its pre-edit probability: too little to write a
-fictional fact whose object starts near p = 0.01), or under the
+fictional fact whose object starts near p = 0.01). A step whose target tokens are all past
+1 + eps has exactly zero gradient and takes no optimizer step; the edit goes on at the next
+refresh, as PSFT's next iteration does, and ends early only when no refresh is left. Or pi_old is the
 pre-edit model throughout (``anchor="pre_edit"``, the stricter locality option). Only the
 target's log-probs of the snapshot are needed, so no weights are copied. ``method="sft"``: the
 token-mean NLL of the same tokens (the baseline that differs only by the trust region).
@@ -42,7 +44,7 @@ class EditConfig:
     steps: int = 10  # optimizer updates per edit
     lr: float = 5e-4  # Adam learning rate (a fresh optimizer per edit)
     epsilon: float = 0.2  # TPSFT trust region: r <= 1 + epsilon keeps its gradient [inferred, PSFT-style]
-    refresh_every: int = 2  # TPSFT: refresh pi_old every N updates of an edit (0 = one snapshot per edit) [inferred]
+    refresh_every: int = 2  # TPSFT: refresh pi_old every N steps of an edit (0 = one snapshot per edit) [inferred]
     anchor: str = "snapshot"  # TPSFT pi_old: "snapshot" (per edit) or "pre_edit" (the unedited model)
     max_grad_norm: float = 1.0  # clip the window's gradient norm (0 = off)
 
@@ -107,7 +109,8 @@ def apply_edits(model: torch.nn.Module, tokenizer, edits: list[Edit], prompts: l
     """Write ``edits`` into ``model`` in order (``prompts[i]`` = edit i's rendered prompt); per-edit metrics.
 
     Each metric row: ``loss`` of the last update, ``ratio`` / ``clipped`` of the target tokens
-    after the last update (TPSFT), ``p_before`` / ``p_after`` = exp(mean target log-prob).
+    after the last update (TPSFT), ``updates`` (optimizer steps taken: TPSFT skips those whose
+    target tokens are all clipped), ``p_before`` / ``p_after`` = exp(mean target log-prob).
     """
     cfg.validate()
     params = select_window(model, cfg.layers, cfg.module)
@@ -132,28 +135,39 @@ def apply_edits(model: torch.nn.Module, tokenizer, edits: list[Edit], prompts: l
     return rows
 
 
+def _refreshes(cfg: EditConfig, anchor_logp, step: int) -> bool:
+    """Whether update ``step`` (0-based) of an edit starts by refreshing pi_old (PSFT's iteration boundary)."""
+    return cfg.method == "tpsft" and anchor_logp is None and cfg.refresh_every > 0 and step > 0 and step % cfg.refresh_every == 0
+
+
 def _edit_one(model, params, ids, mask, cfg: EditConfig, anchor_logp) -> dict[str, float]:
     opt = torch.optim.Adam(params, lr=cfg.lr)
     n = mask.sum()
     with torch.no_grad():
         start = token_logp(model, ids, mask)
     old = start if anchor_logp is None else anchor_logp
+    updates = 0
     for step in range(cfg.steps):
-        if cfg.method == "tpsft" and anchor_logp is None and cfg.refresh_every and step and step % cfg.refresh_every == 0:
+        if _refreshes(cfg, anchor_logp, step):
             with torch.no_grad():
                 old = token_logp(model, ids, mask)  # PSFT: pi_old <- the current policy
         logp = token_logp(model, ids, mask)
         token = tpsft_token_loss(logp, old, mask, cfg.epsilon) if cfg.method == "tpsft" else -logp
         loss = token.sum() / n
         if cfg.method == "tpsft" and float(tpsft_metrics(logp, old, mask, cfg.epsilon)["clipped"]) >= 1.0:
-            break  # every target token is past 1 + epsilon: its gradient is exactly 0, the edit is done
+            # every target token is past 1 + epsilon: the gradient is exactly 0 until pi_old is refreshed (an Adam
+            # step on it would still move the weights by momentum alone). The edit ends only when no refresh is left.
+            if not any(_refreshes(cfg, anchor_logp, later) for later in range(step + 1, cfg.steps)):
+                break
+            continue
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         opt.step()
+        updates += 1
     with torch.no_grad():
         end = token_logp(model, ids, mask)
         stats = tpsft_metrics(end, old, mask, cfg.epsilon)
-    return {"loss": float(loss.detach()), "ratio": float(stats["ratio"]), "clipped": float(stats["clipped"]),
+    return {"loss": float(loss.detach()), "ratio": float(stats["ratio"]), "clipped": float(stats["clipped"]), "updates": updates,
             "p_before": float(torch.exp(start.sum() / n)), "p_after": float(torch.exp(end.sum() / n))}
