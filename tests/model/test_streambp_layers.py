@@ -85,6 +85,8 @@ def test_layer_internals_exist_one_chunk_at_a_time():
     layers = len(model.model.layers)
     # per layer: the prompt forward (5 rows, plain), then the completion's chunks [8, 10), [4, 8), [0, 4) in the backward
     assert sorted(with_graph) == sorted([5] * layers + [2, 4, 4] * layers), seen
+    # the no-grad forward runs by chunks too (the key/value pass of the backward stops before the MLP)
+    assert sorted(rows for grad, rows in seen if not grad) == sorted([2, 4, 4] * layers), seen
     ffn = model.config.intermediate_size
     assert not [s for s in saved if s[-1] == ffn and len(s) == 3 and s[1] == 10], saved  # no [B, T, d_ff] kept for the backward
 

@@ -154,7 +154,7 @@ class _StreamedLayer(torch.autograd.Function):
     def backward(ctx, grad_out):
         call = ctx.call
         hidden, pk, pv = ctx.saved_tensors
-        b, q = hidden.shape[:2]
+        q = hidden.shape[1]
         need_x, need_prompt = ctx.needs_input_grad[1], ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
         p = 0 if pk is None else pk.shape[-2]
         keys, values = _keys_values(call, hidden, pk, pv)
