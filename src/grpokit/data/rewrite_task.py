@@ -1,7 +1,7 @@
 """Prompt rewriting against a curated reference set: the setting of DPP-GRPO.
 
 Kazimi, Dunlop, Yanardag, "Diverse Video Generation with Determinantal Point Process-Guided
-Policy Optimization", arXiv 2511.20647 (§3, method): the policy is a language model that
+Policy Optimization", arXiv 2511.20647 (the method): the policy is a language model that
 rewrites a user's text-to-video prompt ``q``; each rewrite ``p`` is scored by its DPP log-det
 marginal gain over a curated reference set ``R_q`` of faithful, mutually diverse variants of
 ``q`` plus a relevance term (reward ``dpp`` with ``reference: column``); stage 1 is an SFT

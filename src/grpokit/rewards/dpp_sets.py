@@ -5,7 +5,7 @@ Policy Optimization", arXiv 2511.20647. Kernel ``L = cos(φ(p_i), φ(p_j))`` of 
 set diversity ``Div(S) = log det(L_S + I)``, marginal gain ``Δ(p|S) = Div(S ∪ {p}) − Div(S)``
 (monotone submodular: diminishing returns). At inference the paper builds the set one prompt
 at a time: ``S = ∅``; ``p_1`` from ``(s, q)``, added to ``S``; ``p_k`` from ``(s, q, S)``; until
-``K`` prompts (§3, inference). `build_rewrite_sets` is that loop for a text policy;
+``K`` prompts (the paper's inference). :func:`build_rewrite_sets` is that loop for a text policy;
 with ``n_candidates > 1`` it keeps, at each step, the candidate of highest reward
 ``λ_div Δ(p|S) + λ_rel R_rel(p)`` ([inferred option]: best-of-n per step; n = 1 is the paper's).
 :func:`greedy_select` is the same greedy rule over a fixed candidate pool (greedy DPP MAP).
