@@ -102,3 +102,19 @@ def test_relevance_penalises_an_off_topic_rewrite():
     # the relevance term is what ranks them: diversity alone prefers the off-topic text (nearly orthogonal: ~log 2)
     div = fn([q] * 2, cands, lambda_div=1.0, lambda_rel=0.0, **kw)
     assert div[1] > div[0] and div[1] == pytest.approx(math.log(2.0), abs=0.02)
+
+
+def test_the_papers_weights_rank_the_verbatim_query_first_on_short_prompts():
+    # docs/rewards.md: with MiniLM and prompts this short, relevance (cos(p,q) x mean cos(p,g)) rewards
+    # closeness to q more than the +I gain (<= log 2) rewards novelty, so the query itself is the optimum
+    q = "a dog playing with a ball on a beach"
+    reference = ["A slow dolly shot of a dog playing with a ball on a beach",
+                 "a dog playing with a ball on a beach during a snowfall",
+                 "a dog playing with a ball on a beach, in the style of a watercolor painting"]
+    cands = [q, reference[0], "an aerial drone view of a dog playing with a ball on a beach at golden hour",
+             "a dog playing with a ball on a beach at night under a full moon", "a cat sleeping on a sofa"]
+    n = len(cands)
+    r = REWARDS.get("dpp")([q] * n, cands, group_ids=list(range(n)), embed="minilm", reference="column",
+                           reference_set=[reference] * n, query=[q] * n)
+    assert r == pytest.approx([0.578, 0.466, 0.484, 0.516, 0.349], abs=0.003)
+    assert max(range(n), key=r.__getitem__) == 0
