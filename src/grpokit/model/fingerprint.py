@@ -22,10 +22,10 @@ Two things follow:
   CPU), ``ATEN_CPU_CAPABILITY=default`` (ATen's non-vectorised kernels), oneDNN held to SSE4.1,
   glibc's AVX2 / FMA / AVX-512 function variants masked, oneDNN and NNPACK off (convolutions as
   im2col + MKL GEMM), no MKL shim, deterministic algorithms.
-  Bit-identity across x86 CPUs was designed for; it holds under the perturbations one machine
-  allows (with / without the shim, other outer ``ATEN_CPU_CAPABILITY`` /
-  ``MKL_ENABLE_INSTRUCTIONS``) but not on an emulated AVX2-only CPU, where float32 ``torch.sqrt``
-  (AdamW's denominator) rounds differently: see docs/families/embedded_models.md.
+  With the builders' fused AdamW (:func:`build_optimizer`) and NNPACK off, an 8-step build of
+  every embedded model has the same fingerprint natively (AVX-512) and under ``qemu-x86_64 -cpu
+  max`` (AVX2) and ``-cpu Nehalem`` (SSE4.2): ``benchmarks/build_isa.py``,
+  docs/families/embedded_models.md.
 
     python -m grpokit.model.fingerprint FOLDER       # recompute a folder's digest and print its record
 """
