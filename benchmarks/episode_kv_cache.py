@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Multi-turn episode sampling with the KV cache kept across turns against a full prefill every turn.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/episode_kv_cache.py [--turns 12] [--prompts 8] [--group 4]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/episode_kv_cache.py [--turns 2 4 8] [--prompts 8] [--group 4]
     .venv/bin/python benchmarks/episode_kv_cache.py --dry-run     # tiny random model, seconds
 
 Both sides sample the same work with :class:`grpokit.envs.episodes.EpisodeBackend` on
@@ -10,8 +10,10 @@ fixed-length environment answering each turn with a ~30-token observation), ever
 ``--tokens`` sampled tokens (``min_new_tokens`` = ``max_new_tokens``). ``environment.kv_cache``
 on: each turn prefills only what an episode gained since its last turn; off: each turn prefills the
 episode's whole context again. Model loading and one warm-up episode batch per side are excluded.
-The last line is machine-readable: ``speedup=<seconds off / seconds on>`` ``prefill_ratio=<prefilled
-tokens off / on>``.
+Each ``--turns`` value (default 2, 4 and 8) is one row of a table: sampled tokens per second with
+the cache off and on, their ratio and the prefilled tokens' ratio. The last line is
+machine-readable, for the largest ``--turns``: ``speedup=<seconds off / seconds on>``
+``prefill_ratio=<prefilled tokens off / on>``.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def sample(model, tok, kv_cache: bool, a, prefilled: list[int]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--turns", type=int, default=12)
+    p.add_argument("--turns", type=int, nargs="+", default=[2, 4, 8], help="episode lengths, one table row each")
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--group", type=int, default=4)
     p.add_argument("--tokens", type=int, default=16, help="sampled tokens per turn (fixed)")
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         from grpokit.testing import tiny_model_and_tokenizer
 
         model, tok = tiny_model_and_tokenizer(seed=0)
-        a.turns, a.prompts, a.group, a.tokens = 3, 2, 2, 4
+        a.turns, a.prompts, a.group, a.tokens = [2, 3], 2, 2, 4
     else:
         from grpokit.model.loading import load_model
 
@@ -96,12 +98,16 @@ def main(argv: list[str] | None = None) -> int:
     model.register_forward_hook(
         lambda m, args, kw, out: prefilled.append(int(kw["attention_mask"][:, -kw["input_ids"].shape[1]:].sum()))
         if kw.get("input_ids") is not None and kw["input_ids"].shape[1] > 1 else None, with_kwargs=True)
-    seconds, tokens = {}, {}
-    for kv_cache in (False, True):
-        seconds[kv_cache] = sample(model, tok, kv_cache, a, prefilled)
-        tokens[kv_cache] = sum(prefilled)
-        print(f"kv_cache={'on' if kv_cache else 'off'}: {seconds[kv_cache]:.2f} s for {a.prompts * a.group} episodes of "
-              f"{a.turns} turns, {tokens[kv_cache]} prefilled tokens")
+    print("| turns | cache off: sampled tok/s | cache on: sampled tok/s | speedup | prefilled tokens off / on |")
+    print("|---|---|---|---|---|")
+    for turns in a.turns:
+        seconds, tokens = {}, {}
+        for kv_cache in (False, True):
+            seconds[kv_cache] = sample(model, tok, kv_cache, argparse.Namespace(**{**vars(a), "turns": turns}), prefilled)
+            tokens[kv_cache] = sum(prefilled)
+        sampled = a.prompts * a.group * turns * a.tokens  # every turn samples exactly a.tokens tokens
+        print(f"| {turns} | {sampled / seconds[False]:.1f} | {sampled / seconds[True]:.1f} | "
+              f"{seconds[False] / seconds[True]:.2f} | {tokens[False]} / {tokens[True]} |", flush=True)
     print(f"speedup={seconds[False] / seconds[True]:.2f} prefill_ratio={tokens[False] / max(tokens[True], 1):.2f}")
     return 0
 
