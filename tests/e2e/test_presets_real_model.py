@@ -122,7 +122,9 @@ EXTRA = {  # presets whose mechanism needs more than one update to show
     "sft": ["train.steps=3"], "activevln_sft": ["train.steps=3"], "tool_use_sft": ["train.steps=3"],
     # the CoT traces are ~200 tokens after a schema prompt: 2 batches of 2 keep two runs of it to minutes
     "sql_cot_sft": ["train.steps=2", "offline.batch_size=2", "train.micro_batch_size=2"],
-    "dpo": ["train.steps=3"], "kto": ["train.steps=3"],
+    "dpo": ["train.steps=3"], "kto": ["train.steps=3"], "crpo_sft": ["train.steps=3"],
+    # span-aware ratios differ from token ratios only off-policy: a second update on the batch
+    "ts_grpo": ["algorithm.num_iterations=2"],
 }
 
 
@@ -186,6 +188,10 @@ def lower(on, off):
     return off is not None and on < off - 1e-4 * max(1.0, abs(off))
 
 
+def higher(on, off):
+    return off is not None and on > off + 1e-4 * max(1.0, abs(off))
+
+
 def positive_where_off_has_none(on, off):
     return on > 0 and (off is None or off == 0)
 
@@ -243,6 +249,33 @@ CONTRAST = {
     # never acts in one step; measured env/pruned 0 with and without it. Its MECHANISM check is the step budget.)
     # GRPO from the CoT-SFT run's weights: its samples' entropy is not the base model's
     "sql_after_cot": (["model.name=smollm2-135m-instruct"], [("rollout/entropy", differs)]),
+    # supervised steps on the worked dose-calculation answers lower their NLL
+    "crpo_sft": (["optim.lr=1.0e-12"], [("loss", lower)]),
+    # three preference steps: the chosen completions' implicit reward rises above the rejected ones' (lr 1e-12: the
+    # policy stays the reference, margins ~0)
+    "dpo": (["optim.lr=1.0e-12"], [("rewards/margins", higher)]),
+    "kto": (["optim.lr=1.0e-12"], [("rewards/margins", higher)]),
+    # CRPO's weighted sum of five verifiable rewards against the accuracy reward alone
+    "crpo": (["rewards=[{name: crpo_accuracy, weight: 1.0}]"], [("reward/mean", differs)]),
+    # the log-det marginal-gain diversity reward adds to the task reward (its gains are >= 0; the z-scored advantages'
+    # mean size hardly moves: measured 0.85789 vs 0.85790)
+    "dpp_grpo": (["rewards=[{name: answer_match, weight: 1.0}]"], [("reward/mean", higher)]),
+    # the format gate: the same components summed without it score higher (cleanliness alone earns 0.15)
+    "etcon": ([f"rewards=[{', '.join(f'{{name: etcon_{k}, weight: {w}}}' for k, w in ETCON_WEIGHTS.items())}]"],
+              [("reward/mean", lower)]),
+    # clause F1 rewards the FROM / SELECT items shared with the gold query (execution accuracy is 0 in one step)
+    "sql": (["rewards=[{name: sql_execution, weight: 1.0, kwargs: {timeout_s: 1.0, max_rows: 1000}}, "
+             "{name: sql_string_match, weight: 0.1}, {name: sql_judge, weight: 0.2}, {name: sql_format, weight: 0.1}]"],
+            [("reward/mean", higher)]),
+    # "higher" / "lower" come back between turns (one turn, one guess: never)
+    "guess_number": (["environment.max_turns=1", "environment.options={max_guesses: 1}"],
+                     [("env/observation_tokens", positive_where_off_has_none), ("env/turns", differs)]),
+    # token ratios on the plan, the GSPO sequence ratio (clip 3e-4 / 4e-4) on the answer, against GRPO's token ratios
+    # everywhere: the second update's clipping differs
+    "ts_grpo": (["algorithm.loss=ppo_clip", "algorithm.ratio=token", "unset algorithm.plan_delimiter",
+                 "unset algorithm.loss_options"], [("loss", differs), ("grad_norm", differs)]),
+    # the schedule policy phi samples the step's knobs and takes a gradient step (std 0: MaskGIT's fixed schedule)
+    "co_grpo": (["diffusion.schedule_std=0"], [("schedule/moved", positive_where_off_has_none)]),
 }
 
 
