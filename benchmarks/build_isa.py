@@ -59,6 +59,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8, help="optimiser steps of each build (the full builds run thousands)")
     ap.add_argument("--cpus", nargs="+", default=["max"], help="qemu CPU models to emulate (qemu-x86_64 -cpu help)")
     ap.add_argument("--dry-run", action="store_true", help="one step of tiny-flow natively, no emulation: seconds")
+    ap.add_argument("--out", default=None, help="unused (the dry-run harness passes it)")
     args = ap.parse_args()
     if args.dry_run:
         args.models, args.steps, args.cpus = ["flow"], 1, []
