@@ -96,6 +96,9 @@ def test_text_lm_only_methods_fail_at_load_naming_the_capability(tmp_path, mdm_d
     assert "diffusion.block_length 3" in refusal(tmp_path, mdm_dir, "espo", "diffusion.block_length=3")
     assert "not an option of likelihood 'espo_elbo'" in refusal(tmp_path, mdm_dir, "espo", "diffusion.likelihood_options={mc: 2}")
     assert "seq_k2" in refusal(tmp_path, "smollm2-135m-instruct", "grpo", "algorithm.kl=seq_k2", "algorithm.beta=0.1")
+    # Reg-GRPO regresses against the policy one update behind, a role the masked-diffusion policy does not score
+    msg = refusal(tmp_path, mdm_dir, "diffu_grpo", "algorithm.loss=reg_grpo")
+    assert "'previous' role" in msg and "masked_diffusion" in msg and "\n" not in msg
     check_run(mdm_cfg(tmp_path, mdm_dir, "espo"))  # the presets themselves pass
 
 

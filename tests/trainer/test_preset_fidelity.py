@@ -59,6 +59,20 @@ def test_reg_grpo_resumes_with_the_previous_policy_it_was_regressing_against(tmp
     assert again.train_step()["reg/rho_std"] > 1e-4
 
 
+def test_reg_grpo_refuses_to_resume_a_checkpoint_without_the_previous_policy(tmp_path):
+    # a checkpoint written before the snapshot was saved: one line naming the missing state, not a KeyError
+    from grpokit.trainer.inputs import RunContractError
+
+    trainer = preset_trainer("reg_grpo", tmp_path)
+    trainer.train_step()
+    ckpt = trainer.save()
+    extra = torch.load(ckpt / "extra.pt", weights_only=False)
+    extra.pop("previous_weights")
+    torch.save(extra, ckpt / "extra.pt")
+    with pytest.raises(RunContractError, match="holds no 'previous_weights' state"):
+        preset_trainer("reg_grpo", tmp_path).resume()
+
+
 # ----------------------------------------------------------------------------- fault 7: CRPO
 
 

@@ -37,6 +37,8 @@ class Capabilities:
     visual_input:              the policy conditions on a row's ``images`` / ``video`` columns
     engine:                    what samples: 'hf' (the learner's own module) or an inference engine
                                ('vllm'), whose numerics differ from the learner's at equal weights
+    previous_role:             ``score`` takes role 'previous', the weights one optimizer update behind
+                               (Reg-GRPO's ``prev_logp``)
     """
 
     unit_kind: str = "token"
@@ -48,6 +50,7 @@ class Capabilities:
     condition_override: bool = False
     visual_input: bool = False
     engine: str = "hf"
+    previous_role: bool = True
 
 
 @dataclass

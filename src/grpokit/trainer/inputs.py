@@ -122,9 +122,16 @@ def _aux(cfg: Config) -> Optional[str]:
             f"policy gives; model.name '{cfg.model.name}' is a text policy: use a Qwen2-VL folder or tiny-qwen2vl, with image rows")
 
 
+def _previous(cfg: Config) -> Optional[str]:
+    if _capabilities(cfg).previous_role:
+        return None
+    return (f"it scores the policy one optimizer update behind (the 'previous' role), which the {run_family(cfg).name} "
+            "policy does not score: use a text or vision-language policy, or another loss")
+
+
 MISSING: dict[str, Missing] = {
     "group_ids": _always, "rewards": _always, "completion_ids": _always, "domains": _always,
-    "entropy": _entropy, "old_logp": _always, "prev_logp": _always, "ref_logp": _always, "behaviour_logp": _always,
+    "entropy": _entropy, "old_logp": _always, "prev_logp": _previous, "ref_logp": _always, "behaviour_logp": _always,
     "teacher_logp": _teacher, "plan_mask": _plan, "verif_mask": _verification, "verif_adv": _verification,
     "constraint_kl": _always, "objective_grads": _always, "validation": _heldout, "aux_logp": _aux,
 }

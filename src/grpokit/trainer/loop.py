@@ -385,8 +385,11 @@ class Trainer:
             state = ckpt_io.load_training_state(ckpt, self.optimizer, self.scheduler)
         self.sampler.load_state(state["sampler"])
         if self._stateful():
-            extra = torch.load(ckpt / "extra.pt", weights_only=False)
+            extra = torch.load(ckpt / "extra.pt", weights_only=False) if (ckpt / "extra.pt").is_file() else {}
             for key, part in self._stateful().items():
+                if key not in extra:  # e.g. Reg-GRPO's previous-policy snapshot, saved only by newer grpokit
+                    raise RunContractError(f"{ckpt} holds no '{key}' state, which this run's method resumes from (the checkpoint "
+                                           "predates it): resume from a newer checkpoint or start the run again")
                 part.load_state_dict(extra[key])
         self.step = state["step"]
         self.elapsed = state.get("elapsed_s", 0.0)

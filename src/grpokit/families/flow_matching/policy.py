@@ -108,7 +108,7 @@ class FlowMatchingPolicy(ModulePolicy):
 
     @staticmethod
     def capabilities_for() -> Capabilities:
-        return Capabilities(unit_kind="denoise_step", entropy=False, behaviour_logprobs_exact=True, units_share_one_forward=False,
+        return Capabilities(previous_role=False, unit_kind="denoise_step", entropy=False, behaviour_logprobs_exact=True, units_share_one_forward=False,
                             prompt_kv_sharing=False, condition_override=False, engine="hf")
 
     def begin_step(self, step: int) -> None:

@@ -136,7 +136,7 @@ class MaskedDiffusionPolicy(ModulePolicy):
     def capabilities_for(likelihood: str) -> Capabilities:
         """What the family gives with ``likelihood``: no entropies, no prompt KV sharing; surrogate or exact per the estimator."""
         spec = LIKELIHOODS.spec(likelihood)
-        return Capabilities(unit_kind=spec.unit_kind, entropy=False, behaviour_logprobs_exact=not spec.surrogate,
+        return Capabilities(previous_role=False, unit_kind=spec.unit_kind, entropy=False, behaviour_logprobs_exact=not spec.surrogate,
                             logprob_is_surrogate=spec.surrogate, units_share_one_forward=spec.units_share_one_forward,
                             prompt_kv_sharing=False, condition_override=False, engine="hf")
 

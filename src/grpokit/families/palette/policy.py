@@ -111,7 +111,7 @@ class CoGRPOPolicy(ModulePolicy):
 
     @staticmethod
     def capabilities_for() -> Capabilities:
-        return Capabilities(unit_kind="unmask_step", entropy=False, behaviour_logprobs_exact=True, logprob_is_surrogate=False,
+        return Capabilities(previous_role=False, unit_kind="unmask_step", entropy=False, behaviour_logprobs_exact=True, logprob_is_surrogate=False,
                             units_share_one_forward=False, prompt_kv_sharing=False, condition_override=False, engine="hf")
 
     @property
