@@ -108,6 +108,19 @@ def test_eval_of_the_guess_number_preset_plays_the_environments_episodes(tiny_di
     assert float(result["env/turns"]) > 1  # the feedback was used: not every secret was the first guess
 
 
+def test_eval_refuses_a_model_of_another_family_in_one_line(tmp_path, monkeypatch, capsys):
+    # grpokit eval samples text LMs: a masked-diffusion folder crashed deep in the text sampler
+    from grpokit.families.masked_diffusion.model import MDMTokenizer, build_mdm, save_mdm
+
+    tok = MDMTokenizer()
+    folder = save_mdm(build_mdm(len(tok), hidden=16, layers=1, heads=2), tok, tmp_path / "mdm")
+    capsys.readouterr()  # save_pretrained's progress bar
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "--preset", "espo", "--model", str(folder), "--set", "data.n_heldout=4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is a masked_diffusion model" in err and "eval.jsonl" in err
+
+
 def test_eval_refuses_rows_the_environment_cannot_play_before_loading_the_model(tmp_path, monkeypatch, capsys):
     cfg = tmp_path / "nav.yaml"
     cfg.write_text("model: {name: no/such/model}\ndata: {task: arithmetic, n_train: 4, n_heldout: 4}\n"

@@ -135,6 +135,10 @@ def cmd_eval(args) -> int:
     if problem is not None:
         raise UserError(problem)
     source = args.model or cfg.model.name
+    family = _eval_family(cfg, source)
+    if family != "causal_lm":  # the sampler below is the text LM's; a family's own evaluation runs inside its training run
+        raise UserError(f"grpokit eval samples text causal LMs; {source!r} is a {family} model: its held-out accuracy "
+                        "before and after training is in its run's eval.jsonl (eval.before / eval.after)")
     model, tokenizer = _load_for_eval(source, cfg.model.dtype)
     result = evaluate_accuracy(
         episode_backend(HFBackend(model, tokenizer), cfg), rows, setup.render_all(tokenizer, rows, cfg.data.system_prompt), judge,
@@ -143,6 +147,18 @@ def cmd_eval(args) -> int:
     )
     print(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()))
     return 0
+
+
+def _eval_family(cfg, source: str) -> str:
+    """The policy family of the model ``grpokit eval`` scores (``model.family`` or the family claiming ``source``)."""
+    import dataclasses
+    from pathlib import Path
+
+    from grpokit.trainer.inputs import run_family
+
+    if (Path(source) / "adapter_config.json").is_file():  # a LoRA checkpoint of a text LM (its base is named inside)
+        return "causal_lm"
+    return run_family(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, name=source))).name
 
 
 def _load_for_eval(source: str, dtype: str):
