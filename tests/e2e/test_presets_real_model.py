@@ -89,6 +89,7 @@ MECHANISM = {
     "dr_grpo": [("adv/mean", lambda v: abs(v) < 1e-6)],  # R - mean
     "gspo": [("ratio/mean", lambda v: v != 1.0)],  # second update: the sequence-level ratio has moved
     "dpp_grpo": [("reward/dpp/mean", lambda v: v > 0)],  # marginal log-det gains of distinct completions
+    "dpp_rewrite": [("reward/dpp/std", lambda v: v > 0)],  # the rewrites' gains over their R_q differ
     # sampled ```sql blocks name tables / columns of the row's own database schema (the base model's queries never
     # return the gold rows in one step, measured EX 0 of 16: the execution reward's action is left to the unit tests)
     # (clause F1: the FROM/SELECT items they share with the gold query; the judge grades every extracted query above 0)
@@ -109,7 +110,8 @@ MECHANISM = {
 EXTRA = {  # presets whose mechanism needs more than one update to show
     "gspo": ["algorithm.num_iterations=2"],
     # the masked-diffusion LMs at the canvas they were pretrained on (8), where rewards differ within groups
-    "espo": ["rollout.max_new_tokens=8"], "diffu_grpo": ["rollout.max_new_tokens=8"], "mask_grpo": ["rollout.max_new_tokens=8"],
+    # and 8 prompts: the v3 build solves 27% of mdm_sort, and two prompts often both fail every sample (no group varies)
+    **{p: ["rollout.max_new_tokens=8", "rollout.prompts_per_step=8"] for p in ("espo", "diffu_grpo", "mask_grpo")},
     "co_grpo": ["rollout.max_new_tokens=64"],  # the 64 image tokens
     "papo": ["data.task_options={kinds: [colour]}"],  # the questions the noisy prior answers by looking
     # two-digit products: the majority answer is often wrong, so the majority-vote reward is not the accuracy
@@ -120,6 +122,7 @@ EXTRA = {  # presets whose mechanism needs more than one update to show
     "ts_sql": ["rollout.max_new_tokens=160", "algorithm.num_iterations=2"],
     # supervised presets: the third step's loss after two updates, against the same batch untrained
     "sft": ["train.steps=3"], "activevln_sft": ["train.steps=3"], "tool_use_sft": ["train.steps=3"],
+    "dpp_rewrite_sft": ["train.steps=3"],
     # the CoT traces are ~200 tokens after a schema prompt: 2 batches of 2 keep two runs of it to minutes
     "sql_cot_sft": ["train.steps=2", "offline.batch_size=2", "train.micro_batch_size=2"],
     "dpo": ["train.steps=3"], "kto": ["train.steps=3"], "crpo_sft": ["train.steps=3"],
@@ -282,8 +285,21 @@ CONTRAST = {
     "variational": (["variational.enabled=false"], [("loss", differs), ("grad_norm", differs)]),
     # the schedule policy phi samples the step's knobs and takes a gradient step (std 0: MaskGIT's fixed schedule)
     "co_grpo": (["diffusion.schedule_std=0"], [("schedule/moved", positive_where_off_has_none)]),
-    # (not yet here: papo, vision_grpo, deepvideo_r1, dpp_grpo_image, espo, diffu_grpo, mask_grpo, whose off-runs were
-    # not measured on the real model yet; activevln: see above)
+    # masked-diffusion likelihoods, each against another estimator of the same samples: ESPO's sequence ELBO (ratio
+    # exp((ELBO - ELBO_old) / L)) against d1's one-step token stand-in, and the reverse; Mask-GRPO's replayed unmasking
+    # steps against the stand-in
+    "espo": (["diffusion.likelihood=stand_in", "unset diffusion.likelihood_options", "algorithm.ratio=token", "algorithm.kl=k3"],
+             [("loss", differs), ("grad_norm", differs)]),
+    "diffu_grpo": (["diffusion.likelihood=espo_elbo", "unset diffusion.likelihood_options", "algorithm.ratio=sequence",
+                    "algorithm.aggregation=seq_mean_token_mean",
+                    "algorithm.kl=seq_k2"], [("loss", differs), ("grad_norm", differs)]),
+    "mask_grpo": (["diffusion.likelihood=stand_in"], [("grad_norm", differs)]),
+    # DPP-GRPO's paper setting: each rewrite's gain over its query's curated R_q, against the leave-one-out group
+    "dpp_rewrite": (["rewards=[{name: dpp, weight: 1.0, kwargs: {reference: group, embed: minilm, lambda_div: 0.5, lambda_rel: 0.5}}]"],
+                    [("reward/mean", differs)]),
+    "dpp_rewrite_sft": (["optim.lr=1.0e-12"], [("loss", lower)]),  # SFT on the rewrite demonstrations lowers their NLL
+    # (not yet here: papo, vision_grpo, deepvideo_r1, dpp_grpo_image, whose off-runs were not measured on the real
+    # model yet; activevln: see above)
 }
 
 
