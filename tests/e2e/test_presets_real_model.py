@@ -68,7 +68,8 @@ MECHANISM = {
     "ts_grpo": [("spans/plan_frac", lambda v: v > 0)],  # a planning span was found in the sampled text
     "grpo_verif": [("verif/token_frac", lambda v: v > 0)],  # verification tokens are in the loss
     "drpo": [("drpo/k_mean", lambda v: v >= 1)],  # difficulty clusters were formed per domain
-    "reg_grpo": [("reg/rho_std", lambda v: v > 0)],  # mu = 2: the standardised log-ratios moved
+    # step 2: rho = log pi_theta / pi_prev against the policy one update behind has moved (step 1 has no earlier update)
+    "reg_grpo": [("reg/rho_std", lambda v: v > 0)],
     "deepvideo_r1": [("reg/rho_std", lambda v: v > 0), ("curriculum/hint_refused", lambda v: v == 0),
                      ("vision/video_tokens", lambda v: v > 0)],  # the clips reached the model as video tokens
     "crpo": [("combiner/w0", lambda v: v == 10.0),  # the fixed weighted sum 10 r_acc + r_fmt + 0.5 r_lang + r_faith + r_comp
@@ -109,6 +110,7 @@ MECHANISM = {
 }
 EXTRA = {  # presets whose mechanism needs more than one update to show
     "gspo": ["algorithm.num_iterations=2"],
+    "reg_grpo": ["train.steps=2"], "deepvideo_r1": ["train.steps=2"],  # rho against the policy one update behind
     # the masked-diffusion LMs at the canvas they were pretrained on (8), where rewards differ within groups
     # and 8 prompts: the v3 build solves 27% of mdm_sort, and two prompts often both fail every sample (no group varies)
     **{p: ["rollout.max_new_tokens=8", "rollout.prompts_per_step=8"] for p in ("espo", "diffu_grpo", "mask_grpo")},
@@ -213,8 +215,8 @@ CONTRAST = {
     "grpo_verif": (["algorithm.loss_options={alpha: 0.0}"], [("grad_norm", differs)]),
     # per-domain difficulty clusters rescale the GRPO advantage
     "drpo": (["algorithm.advantage=grpo", "unset algorithm.advantage_options"], [("adv/abs_mean", differs)]),
-    # the regression target A^theta (standardised log-ratios) is non-zero off-policy, in the second update
-    "reg_grpo": (["algorithm.num_iterations=1"], [("reg/sq_err", differs)]),
+    # the regression of the advantage onto the standardised log-ratio against the clipped surrogate (step 2)
+    "reg_grpo": (["algorithm.loss=ppo_clip", "unset algorithm.loss_options"], [("loss", differs), ("grad_norm", differs)]),
     # a win rate always averages 0.5; the pointwise judge's mean is the accuracy
     "pref_grpo": (['rewards=[{name: answer_match, weight: 1.0}]'], [("reward/mean", differs)]),
     "pref_grpo_image": (['rewards=[{name: colour_fraction, weight: 1.0}]'], [("adv/abs_mean", differs), ("grad_norm", differs)]),
@@ -298,8 +300,15 @@ CONTRAST = {
     "dpp_rewrite": (["rewards=[{name: dpp, weight: 1.0, kwargs: {reference: group, embed: minilm, lambda_div: 0.5, lambda_rel: 0.5}}]"],
                     [("reward/mean", differs)]),
     "dpp_rewrite_sft": (["optim.lr=1.0e-12"], [("loss", lower)]),  # SFT on the rewrite demonstrations lowers their NLL
-    # (not yet here: papo, vision_grpo, deepvideo_r1, dpp_grpo_image, whose off-runs were not measured on the real
-    # model yet; activevln: see above)
+    # PAPO's perception KL (maximised) and entropy penalty against the plain clipped surrogate on the same samples
+    "papo": (["algorithm.loss=ppo_clip", "unset algorithm.loss_options"], [("loss", differs), ("grad_norm", differs)]),
+    # Reg-GRPO's regression of the advantage onto the log-ratio against the clipped surrogate
+    "deepvideo_r1": (["algorithm.loss=ppo_clip", "unset algorithm.loss_options"], [("loss", differs), ("grad_norm", differs)]),
+    # GRPO's group standardisation of the answers about the images (scale none: R - mean, no division by the std)
+    "vision_grpo": (["algorithm.scale=none"], [("adv/abs_mean", differs)]),
+    # the DPP diversity of the group's images on top of the colour reward
+    "dpp_grpo_image": (["rewards=[{name: colour_fraction, weight: 1.0}]"], [("reward/mean", differs)]),
+    # (activevln: see above)
 }
 
 
