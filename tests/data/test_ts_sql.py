@@ -36,8 +36,9 @@ def test_records_execute_and_their_reference_is_plan_then_sql(splits):
         assert r["reference"] == f"{r['plan']}\n```sql\n{r['answer']}\n```" and r["plan"].startswith("1. Tables:")
     refs = [r["reference"] for r in rows]
     columns = {"answer": [r["answer"] for r in rows], "db_path": [r["db_path"] for r in rows]}
-    for name in ("sql_execution", "sql_executes", "sql_schema_f1", "sql_format"):  # the preset's rewards
-        assert REWARDS.get(name)([r["prompt"] for r in rows], refs, **columns) == [1.0] * len(rows), name
+    for reward in load_config(preset="ts_sql").rewards:  # the preset's rewards, with their options (sql_format: plan)
+        scores = REWARDS.get(reward.name)([r["prompt"] for r in rows], refs, **columns, **reward.kwargs)
+        assert scores == [1.0] * len(rows), reward.name
 
 
 def test_result_hash_is_order_free_unless_ordered():

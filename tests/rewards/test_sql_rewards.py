@@ -113,6 +113,16 @@ def test_sql_format():
     assert REWARDS.get("sql_format")(["q"] * 4, completions) == [1.0, 0.0, 0.0, 0.0]
 
 
+def test_sql_format_with_plan_needs_a_numbered_plan_before_the_block():
+    # Thinkquel's plan-then-query answers: the block alone (what a policy learned in 6 TS-GRPO steps) scores 0
+    completions = ["1. Tables: emp.\n2. Select: name.\n```sql\nSELECT name FROM emp\n```",  # plan, then the query
+                   "```sql\nSELECT name FROM emp\n```",  # no plan
+                   "```sql\nSELECT 1\n```\n1. Tables: emp.",  # a plan after the query
+                   "Plan: read the table.\n```sql\nSELECT 1\n```"]  # text, but no numbered step
+    assert REWARDS.get("sql_format")(["q"] * 4, completions, plan=True) == [1.0, 0.0, 0.0, 0.0]
+    assert REWARDS.get("sql_format")(["q"] * 4, completions) == [1.0, 1.0, 1.0, 1.0]
+
+
 def test_extract_sql():
     two_blocks = "```sql\nSELECT 1\n```\nbetter:\n```SQL\nSELECT 2;\n```"
     assert extract_sql(two_blocks) == "SELECT 2;"

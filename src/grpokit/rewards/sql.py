@@ -365,10 +365,20 @@ def sql_schema_f1(
     return scores
 
 
+_PLAN_STEP = re.compile(r"^\s*1\.\s+\S", re.M)  # a numbered plan's first step
+
+
 @REWARDS.register("sql_format")
-def sql_format(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float | None]:
+def sql_format(prompts: list[str], completions: list[str], plan: bool = False, **kwargs: Any) -> list[float | None]:
     """1.0 if the completion contains a closed ```sql code block, else 0.0.
 
     The format term of the Text2SQL reward (Stoisser et al., arXiv 2505.00016); its form is [inferred].
+    ``plan``: the plan-then-query format of Thinkquel's answers (Li et al., arXiv 2510.00186, §3): the
+    block must follow a numbered plan (a line ``1. ...`` before the opening fence). Without it a
+    policy rewarded for the block alone drops the plan (measured: docs/pipelines.md) [inferred].
     """
-    return [float(_SQL_BLOCK.search(c) is not None) for c in completions]
+    out = []
+    for c in completions:
+        block = _SQL_BLOCK.search(c)
+        out.append(float(block is not None and (not plan or _PLAN_STEP.search(c[: block.start()]) is not None)))
+    return out
