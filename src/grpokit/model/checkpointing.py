@@ -17,7 +17,7 @@ for the duration of :func:`checkpointed_layers`.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -50,23 +50,13 @@ def decoder_layers(decoder: torch.nn.Module) -> torch.nn.ModuleList:
 
 
 @contextmanager
-def checkpointed_layers(decoder: torch.nn.Module) -> Iterator[None]:
-    """Within the block, every decoder layer's forward runs under ``torch.utils.checkpoint`` (when grad is on)."""
-    layers = decoder_layers(decoder)
+def wrapped_forwards(layers: torch.nn.ModuleList, wrap: Callable[[int, torch.nn.Module, Callable], Callable]) -> Iterator[None]:
+    """Within the block, layer ``i``'s forward is ``wrap(i, layer, its forward)``; afterwards each is as it was."""
     originals = [layer.forward for layer in layers]
     own = ["forward" in vars(layer) for layer in layers]  # e.g. an accelerate hook set an instance forward
-
-    def wrap(forward):
-        def run(*args, **kwargs):
-            if not torch.is_grad_enabled():
-                return forward(*args, **kwargs)
-            return checkpoint(forward, *args, use_reentrant=False, **kwargs)
-
-        return run
-
     try:
-        for layer, forward in zip(layers, originals):
-            layer.forward = wrap(forward)
+        for i, (layer, forward) in enumerate(zip(layers, originals)):
+            layer.forward = wrap(i, layer, forward)
         yield
     finally:
         for layer, forward, was_own in zip(layers, originals, own):
@@ -74,3 +64,19 @@ def checkpointed_layers(decoder: torch.nn.Module) -> Iterator[None]:
                 layer.forward = forward
             else:
                 del layer.forward  # back to the class's forward
+
+
+@contextmanager
+def checkpointed_layers(decoder: torch.nn.Module) -> Iterator[None]:
+    """Within the block, every decoder layer's forward runs under ``torch.utils.checkpoint`` (when grad is on)."""
+
+    def wrap(index: int, layer: torch.nn.Module, forward: Callable) -> Callable:
+        def run(*args, **kwargs):
+            if not torch.is_grad_enabled():
+                return forward(*args, **kwargs)
+            return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+        return run
+
+    with wrapped_forwards(decoder_layers(decoder), wrap):
+        yield

@@ -46,7 +46,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from transformers import DynamicCache
 
-from grpokit.model.checkpointing import decoder_layers
+from grpokit.model.checkpointing import decoder_layers, wrapped_forwards
 
 FIELD = "train.streambp=layer"
 
@@ -208,9 +208,6 @@ def streamed_layers(decoder: torch.nn.Module, chunk: int) -> Iterator[None]:
         raise ValueError(f"{FIELD} streams by train.sequence_chunk rows: set train.sequence_chunk > 0")
     layers = decoder_layers(decoder)
     implementation = getattr(decoder.config, "_attn_implementation", None) or "eager"
-    originals = [layer.forward for layer in layers]
-    own = ["forward" in vars(layer) for layer in layers]  # e.g. an accelerate hook set an instance forward
-
     def wrap(index: int, layer: torch.nn.Module, forward: Callable) -> Callable:
         def run(*args: Any, **kwargs: Any):
             if not torch.is_grad_enabled():
@@ -231,13 +228,5 @@ def streamed_layers(decoder: torch.nn.Module, chunk: int) -> Iterator[None]:
 
         return run
 
-    try:
-        for i, (layer, forward) in enumerate(zip(layers, originals)):
-            layer.forward = wrap(i, layer, forward)
+    with wrapped_forwards(layers, wrap):
         yield
-    finally:
-        for layer, forward, was_own in zip(layers, originals, own):
-            if was_own:
-                layer.forward = forward
-            else:
-                del layer.forward
