@@ -180,6 +180,7 @@ def test_lora_step_matches_one_process(runs, tmp_path):
     (["distributed.fsdp_reduce_dtype=bfloat16"], {}, "set distributed.learner=fsdp"),
     (FSDP + ["reward_combiner.name=mirror_descent"], {"WORLD_SIZE": "2"}, "reward_combiner.name=mirror_descent"),
     (FSDP + ["variational.enabled=true"], {"WORLD_SIZE": "2"}, "variational.enabled"),
+    (FSDP + ["algorithm.loss=reg_grpo"], {"WORLD_SIZE": "2"}, "previous-policy snapshot"),
 ])
 def test_configs_a_sharded_learner_cannot_run_are_refused_in_one_line(sets, env, fragment, monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)

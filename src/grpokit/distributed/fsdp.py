@@ -70,6 +70,7 @@ def sharding_problem(cfg: Any) -> Optional[str]:
     refusals = [
         (gradient_combiner, f"reward_combiner.name={cfg.reward_combiner.name}: its per-objective gradients are taken on rank 0 alone, where sharded weights cannot back-propagate; set distributed.learner=ddp"),
         (cfg.variational.enabled, "variational.enabled: the posterior q is updated on rank 0 alone, where sharded weights cannot back-propagate; set distributed.learner=ddp"),
+        (_reads_previous_policy(cfg), f"algorithm.loss={cfg.algorithm.loss}: its previous-policy snapshot (prev_logp) swaps whole weights into the module, never done on sharded ones; set distributed.learner=ddp"),
         (cfg.stage != "grpo", f"stage={cfg.stage}: the offline trainer has no sharded learner; set distributed.learner=ddp"),
         (d.rollout_workers > 0, "distributed.rollout_workers > 0: the Ray rollout workers take weights from one whole learner; set distributed.rollout_workers=0 or distributed.learner=ddp"),
         (cfg.model.lora.enabled and cfg.model.lora.save_merged, "model.lora.save_merged: merging needs the whole model in one process; set it to false and merge the saved adapter afterwards"),
@@ -80,6 +81,13 @@ def sharding_problem(cfg: Any) -> Optional[str]:
         (cfg.model.device == "cpu" and d.fsdp_cpu_offload, "distributed.fsdp_cpu_offload: the policy is already in CPU memory (model.device=cpu); set it to false"),
     ]
     return next((f"distributed.learner=fsdp with {why}" for bad, why in refusals if bad), None)
+
+
+def _reads_previous_policy(cfg: Any) -> bool:
+    """The run's method reads ``prev_logp``, the policy one update behind (Reg-GRPO)."""
+    from grpokit.trainer.inputs import needed_inputs
+
+    return "prev_logp" in needed_inputs(cfg)
 
 
 def fsdp_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
