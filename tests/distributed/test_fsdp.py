@@ -170,10 +170,48 @@ def test_lora_step_matches_one_process(runs, tmp_path):
     assert_same_weights(one, two, 1e-5)
 
 
+def test_sharded_learners_publish_to_ray_rollout_workers(runs, tmp_path):
+    """FSDP on 2 ranks with 1 Ray rollout worker at staleness 0 (INTELLECT-2's layout, arXiv 2505.07291 Sec. 2).
+
+    Rank 0 drives the worker and checks its TOPLOC commitments; before every publication all ranks
+    gather the sharded weights to rank 0. The worker samples step s with version s - 1 and the learner's RNG stream, so the run
+    is the in-process one's: a worker left on stale or partial weights would sample other
+    completions and the metrics and final weights would differ.
+    """
+    pytest.importorskip("ray")
+    root, tiny = runs
+    workers = FSDP + ["distributed.rollout_workers=1", "distributed.staleness=0", "distributed.verify_rollouts=true"]
+    run(TORCHRUN + ["-m", "grpokit.cli", "train", *args(tiny, tmp_path / "two", workers)], tmp_path)
+    got = metrics(tmp_path / "two")
+    assert [r["async/version"] for r in got] == [0.0, 1.0, 2.0] and all(r["async/staleness"] == 0 for r in got)
+    # TOPLOC: rank 0 checks each batch on a whole copy holding the gathered weights of its version
+    assert [(r["toploc/checked_batches"], r["toploc/rejected_batches"]) for r in got] == [(1, 0), (2, 0), (3, 0)]
+    assert_same_steps(metrics(root / "one"), got, 1e-5)
+    assert_same_weights(weights(root / "one", 3), weights(tmp_path / "two", 3), 1e-5)
+    trained = (tmp_path / "two" / "trained_prompts.jsonl").read_text().splitlines()
+    assert len(trained) == 3 * 3  # 3 steps x 3 prompts, written once (by rank 0)
+
+
+@pytest.mark.slow
+def test_sharded_lora_learners_publish_the_adapter_to_ray_rollout_workers(tmp_path):
+    """LoRA on FSDP with a Ray worker: the gathered adapter (only) is published; the run equals one process."""
+    pytest.importorskip("ray")
+    tiny = save_tiny_model(tmp_path / "tiny")
+    lora = ["train.steps=2", "logging.checkpoint_every=0", "model.lora.enabled=true", "optim.lr=0.01"]
+    assert main(["train", *args(tiny, tmp_path / "one", lora)]) == 0
+    workers = lora + FSDP + ["distributed.rollout_workers=1", "distributed.staleness=0"]
+    run(TORCHRUN + ["-m", "grpokit.cli", "train", *args(tiny, tmp_path / "two", workers)], tmp_path)
+    got = metrics(tmp_path / "two")
+    assert [r["async/version"] for r in got] == [0.0, 1.0]
+    assert_same_steps(metrics(tmp_path / "one"), got, 1e-5)
+    one, two = (load_file(tmp_path / k / "checkpoints" / "step-2" / "adapter_model.safetensors") for k in ("one", "two"))
+    assert max(float(w.abs().max()) for name, w in one.items() if "lora_B" in name) > 1e-3
+    assert_same_weights(one, two, 1e-5)
+
+
 @pytest.mark.parametrize("sets, env, fragment", [
     (FSDP, {}, "launch `torchrun"),
     (FSDP + ["model.lora.enabled=true", "model.lora.save_merged=true"], {"WORLD_SIZE": "2"}, "model.lora.save_merged"),
-    (FSDP + ["distributed.rollout_workers=2"], {"WORLD_SIZE": "2"}, "distributed.rollout_workers"),
     (FSDP + ["train.sequence_chunk=16"], {"WORLD_SIZE": "2"}, "train.sequence_chunk"),
     (FSDP + ["model.device=cpu", "distributed.fsdp_param_dtype=bfloat16"], {"WORLD_SIZE": "2"}, "mixed precision is for CUDA"),
     (FSDP + ["model.device=cpu", "distributed.fsdp_cpu_offload=true"], {"WORLD_SIZE": "2"}, "fsdp_cpu_offload"),

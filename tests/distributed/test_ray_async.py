@@ -36,12 +36,6 @@ def test_without_ray_the_cli_names_the_extra(monkeypatch, capsys):
                        "(or set distributed.rollout_workers=0)")
 
 
-def test_rollout_workers_with_torchrun_learners_is_refused(monkeypatch):
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ValueError, match="several torchrun learners is not supported"):
-        make_trainer(load_config(overrides=["distributed.rollout_workers=2"]))
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     if ray is None:

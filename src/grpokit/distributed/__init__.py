@@ -6,7 +6,6 @@ Ray is imported lazily: ``import grpokit.distributed`` works without the ``[ray]
 from __future__ import annotations
 
 import importlib.util
-import os
 from typing import Any
 
 
@@ -23,12 +22,7 @@ def require_ray() -> None:
 
 def make_trainer(cfg: Any, **kwargs: Any) -> Any:
     """The trainer for ``cfg``: :class:`AsyncTrainer` when ``distributed.rollout_workers > 0``, else ``Trainer``."""
-    if cfg.distributed.rollout_workers > 0:
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise ValueError(
-                "distributed.rollout_workers > 0 with several torchrun learners is not supported yet: "
-                "launch one learner process (no torchrun) or set distributed.rollout_workers=0"
-            )
+    if cfg.distributed.rollout_workers > 0:  # under torchrun rank 0 drives the workers, every rank learns
         require_ray()
         from grpokit.distributed.async_loop import AsyncTrainer
 

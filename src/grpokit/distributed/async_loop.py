@@ -19,6 +19,11 @@ collect stage swapped: instead of sampling in-process it
 4. scores the rewards itself (workers return raw batches), learns, then publishes its weights as
    version ``step`` through SHARDCAST and appends the trained prompts to ``trained_prompts.jsonl``.
 
+Under torchrun (``distributed.learner: ddp`` or ``fsdp``) rank 0 alone holds the worker pool and
+runs 1-4; the batch reaches the other ranks through the learners' ``on_main`` broadcast, every
+rank learns its slice, and every rank calls :meth:`AsyncTrainer.publish` (sharded weights are
+gathered to rank 0 collectively; rank 0 publishes).
+
 Departures from INTELLECT-2: no separate validator nodes (the learner verifies); data moves
 through Ray's object store instead of Parquet files and HTTP relays. Prompts are assigned by
 the learner (``distributed.prompt_source: learner``, the default: epochs and curricula apply) or,
@@ -80,15 +85,17 @@ class AsyncTrainer(Trainer):
                              "cannot apply; set data.curriculum=null or distributed.prompt_source=learner")
         self.train_rows = list(getattr(self.sampler, "rows", self.splits.train))  # after the offline filter
         self.max_in_flight = min(d.queue_size, d.staleness + 1)
-        if d.staleness > 0 and self.max_in_flight < d.rollout_workers:
+        if d.staleness > 0 and self.max_in_flight < d.rollout_workers and self.learners.is_main:
             log.warning("at most %d requests in flight (distributed.queue_size, staleness + 1) for %d rollout_workers: "
                         "some workers idle", self.max_in_flight, d.rollout_workers)
-        state, _ = trainable_state(self.model)
-        state_bytes = sum(t.numel() * t.element_size() for t in state.values())
-        rng = ckpt_io.rng_state()  # starting Ray and actors must not move the learner's RNG streams
-        self.pool = WorkerPool(cfg, self.checked, object_store_bytes=max(256 * MiB, (d.staleness + 3) * state_bytes),
-                               rows=self.train_rows if self.seeded else None)
-        ckpt_io.set_rng_state(rng)
+        published = self._published_state()  # collective on sharded learners
+        self.pool: Optional[WorkerPool] = None  # torchrun learners: rank 0 alone talks to the workers
+        if self.learners.is_main:
+            state_bytes = sum(t.numel() * t.element_size() for t in published[0].values())
+            rng = ckpt_io.rng_state()  # starting Ray and actors must not move the learner's RNG streams
+            self.pool = WorkerPool(cfg, self.checked, object_store_bytes=max(256 * MiB, (d.staleness + 3) * state_bytes),
+                                   rows=self.train_rows if self.seeded else None)
+            ckpt_io.set_rng_state(rng)
         self.manifests: dict[int, Any] = {}
         self.versions: dict[int, dict[str, torch.Tensor]] = {}  # verification weights by version
         self._verifier: Optional[torch.nn.Module] = None
@@ -98,14 +105,34 @@ class AsyncTrainer(Trainer):
         self._taken: list[tuple[Request, dict[str, Any]]] = []  # the requests of the step being learned
         self.trained_log = self.run_dir / "trained_prompts.jsonl"
         self.elapsed = 0.0  # train() sets it too; save() may come first when steps are driven by hand
-        self.publish()
+        self.publish(published)
 
     # ------------------------------------------------------------------ weights out
-    def publish(self) -> None:
-        """SHARDCAST the current weights as version ``self.step``; forget versions no batch may use."""
+    def _published_state(self) -> tuple[dict[str, torch.Tensor], bool]:
+        """(what the workers load, adapter_only) on rank 0, ({}, False) on other ranks.
+
+        Data-parallel ranks hold identical whole weights, so rank 0 reads its own; sharded
+        (FSDP) ranks all take part in gathering the full weights to rank 0 first.
+        """
+        full = None
+        if self.learners.sharded:
+            from grpokit.distributed.fsdp import full_state_dict
+
+            full = full_state_dict(self.model)  # collective: every rank gathers, rank 0 keeps
+        if not self.learners.is_main:
+            return {}, False
+        return trainable_state(self.model, full)
+
+    def publish(self, published: Optional[tuple[dict[str, torch.Tensor], bool]] = None) -> None:
+        """SHARDCAST the current weights as version ``self.step``; forget versions no batch may use.
+
+        Called on every rank (a sharded learner's weights are gathered collectively); rank 0 publishes.
+        """
         import ray
 
-        state, adapter_only = trainable_state(self.model)
+        state, adapter_only = published or self._published_state()
+        if not self.learners.is_main:
+            return
         manifest = build_manifest(state, self.step, self.cfg.distributed.shard_mb, adapter_only=adapter_only, put=ray.put)
         self.pool.publish(manifest)
         self.manifests[self.step] = manifest
@@ -151,11 +178,11 @@ class AsyncTrainer(Trainer):
     def _verified(self, result: dict[str, Any]) -> bool:
         """TOPLOC check of a batch from a checked worker, with the weights of the batch's version."""
         worker, version, batch = result["worker"], result["version"], result["batch"]
-        if version == self.step:
+        if version == self.step and not self.learners.sharded:
             model = self.model
         else:
-            if self._verifier is None:
-                self._verifier = copy.deepcopy(self.model)
+            if self._verifier is None:  # a whole copy (a sharded learner's own module holds 1/N of each weight)
+                self._verifier = self._whole_copy()
             load_into(self._verifier, self.versions[version], hasattr(self.model, "peft_config"))
             model = self._verifier
         hidden = prefill_hidden(model, batch)
@@ -167,6 +194,19 @@ class AsyncTrainer(Trainer):
             self.per_worker[worker]["rejected"] += 1
             log.warning("TOPLOC: batch of worker %d rejected (%s)", worker, ", ".join(f"{k} {v:.3g}" for k, v in info.items()))
         return ok
+
+    def _whole_copy(self) -> torch.nn.Module:
+        """A no-grad whole copy of the policy for TOPLOC checks of older versions (a worker's copy when sharded)."""
+        if not self.learners.sharded:
+            return copy.deepcopy(self.model)
+        from grpokit.trainer.setup import load_policy
+
+        rng = ckpt_io.rng_state()  # a LoRA adapter's initialisation must not move the learner's RNG streams
+        model, _ = load_policy(self.cfg)  # loaded as the workers load theirs; versions are loaded into it
+        ckpt_io.set_rng_state(rng)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        return model.eval()
 
     def _next_accepted(self) -> tuple[Request, dict[str, Any]]:
         """The oldest batch that is fresh enough and verifies; everything else is re-issued."""
@@ -246,6 +286,8 @@ class AsyncTrainer(Trainer):
         """The Trainer's step on a worker batch, then publish the new weights and log the trained prompts."""
         metrics = super().train_step()
         self.publish()
+        if not self.learners.is_main:
+            return metrics
         with self.trained_log.open("a") as f:
             for req, result in self._taken:
                 for j, row_id in enumerate(req.row_ids):
@@ -257,7 +299,7 @@ class AsyncTrainer(Trainer):
         """Resume the learner (weights, optimizer, data position, pending requests) and re-publish its weights."""
         resumed = super().resume()
         if resumed:
-            if self.trained_log.is_file():  # forget prompts of steps after the checkpoint
+            if self.learners.is_main and self.trained_log.is_file():  # forget prompts of steps after the checkpoint
                 lines = [ln for ln in self.trained_log.read_text().splitlines() if json.loads(ln)["step"] <= self.step]
                 self.trained_log.write_text("".join(ln + "\n" for ln in lines))
             self.publish()

@@ -27,6 +27,10 @@ the adapter has gradients and AdamW state); the reference is the policy with its
 disabled, so it is sharded too, and checkpoints hold the adapter folder as a single process saves it.
 Otherwise the frozen reference and teacher models stay whole on each rank (no gradient, no optimizer
 state: 4 bytes per parameter against the 16 of the trained copy); they never run FSDP code.
+With Ray rollout workers (``distributed.rollout_workers``) rank 0 drives them and every rank
+takes part in gathering the full weights to rank 0 before each SHARDCAST publication
+(:meth:`grpokit.distributed.async_loop.AsyncTrainer.publish`), as INTELLECT-2's FSDP2 trainer
+(arXiv 2505.07291, Sec. 2) publishes whole checkpoints to its inference workers.
 Checkpoints (:func:`save_shards`, :func:`load_shards`) go through ``torch.distributed.checkpoint``:
 each rank writes its shards of the model and optimizer state, and a run on any number of ranks —
 one plain process included — loads them resharded; rank 0 also writes the gathered full weights
@@ -72,7 +76,6 @@ def sharding_problem(cfg: Any) -> Optional[str]:
         (cfg.variational.enabled, "variational.enabled: the posterior q is updated on rank 0 alone, where sharded weights cannot back-propagate; set distributed.learner=ddp"),
         (_reads_previous_policy(cfg), f"algorithm.loss={cfg.algorithm.loss}: its previous-policy snapshot (prev_logp) swaps whole weights into the module, never done on sharded ones; set distributed.learner=ddp"),
         (cfg.stage != "grpo", f"stage={cfg.stage}: the offline trainer has no sharded learner; set distributed.learner=ddp"),
-        (d.rollout_workers > 0, "distributed.rollout_workers > 0: the Ray rollout workers take weights from one whole learner; set distributed.rollout_workers=0 or distributed.learner=ddp"),
         (cfg.model.lora.enabled and cfg.model.lora.save_merged, "model.lora.save_merged: merging needs the whole model in one process; set it to false and merge the saved adapter afterwards"),
         (cfg.rollout.backend == "vllm", "rollout.backend=vllm: the engine loads whole weights, not shards; set rollout.backend=hf or distributed.learner=ddp"),
         (cfg.train.sequence_chunk > 0, "train.sequence_chunk > 0: StreamBP's chunk count follows each rank's lengths, so the ranks' collectives would not line up; set train.sequence_chunk=0"),

@@ -49,14 +49,18 @@ class Manifest:
     adapter_only: bool = False
 
 
-def trainable_state(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], bool]:
-    """(detached CPU copy of what workers need, adapter_only): LoRA weights only for PEFT models."""
+def trainable_state(model: torch.nn.Module, full: Optional[dict[str, torch.Tensor]] = None) -> tuple[dict[str, torch.Tensor], bool]:
+    """(detached CPU copy of what workers need, adapter_only): LoRA weights only for PEFT models.
+
+    ``full``: the model's whole state dict when ``model.state_dict()`` would give shards (a sharded
+    learner gathers it first, :func:`grpokit.distributed.fsdp.full_state_dict`).
+    """
     if hasattr(model, "peft_config"):
         from peft import get_peft_model_state_dict
 
-        state, adapter_only = get_peft_model_state_dict(model), True
+        state, adapter_only = get_peft_model_state_dict(model, state_dict=full), True
     else:
-        state, adapter_only = model.state_dict(), False
+        state, adapter_only = (model.state_dict() if full is None else full), False
     # clone: the optimizer updates the live tensors in place, and tied weights must not share storage
     return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in state.items()}, adapter_only
 
