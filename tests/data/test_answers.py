@@ -2,7 +2,7 @@
 
 import pytest
 
-from grpokit.data.answers import extract_answer_number, normalize_number, numbers_equal
+from grpokit.data.answers import extract_answer_number, extract_stated_number, normalize_number, numbers_equal
 
 
 @pytest.mark.parametrize(
@@ -29,6 +29,30 @@ from grpokit.data.answers import extract_answer_number, normalize_number, number
 )
 def test_extract_answer_number(text, expected):
     assert extract_answer_number(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text, stated, last_number",
+    [
+        ("24", "24", "24"),
+        ("24.\n", "24", "24"),
+        ("**24**", "24", "24"),
+        ("6 * 4 = 24", "24", "24"),
+        ("The answer is 24.", "24", "24"),
+        ("6 * 4 equals 24, not 6 * 4 equals 24.", "24", "24"),  # "equals": a stated-answer marker
+        ("4 * 3 is equal to 12", "12", "12"),  # "is equal": no number, then "equal to 12"
+        # stated nowhere: the judge's last-number fallback gives the restated operand, this gives None
+        ("A delightfully nonsensical question. In mathematics, 2 + 5 is a classic example", None, "5"),
+        ("the perfect answer to the classic arithmetic problem: 2 + 5 =", None, "5"),  # cut off at 32 tokens
+        ("Using the number 8, we multiply 2 by 8.", None, "8"),
+        ("The answer is 2 * 8.", None, "8"),  # "is 2" starts an expression: skipped, nothing stated
+        ("Sure, happy to help!", None, None),
+    ],
+)
+def test_extract_stated_number_has_no_last_number_fallback(text, stated, last_number):
+    assert extract_stated_number(text) == stated
+    assert extract_answer_number(text) == last_number
+
 
 
 def test_normalize_number():

@@ -45,6 +45,37 @@ def test_majority_vote_no_answers_do_not_vote():
     assert fn(["q"] * 2, ["hmm", "what"], group_ids=[0, 0]) == [0.0, 0.0]
 
 
+def test_majority_vote_counts_only_stated_answers():
+    # SmolLM2-135M-Instruct's samples for "What is 2 + 5?" (gold 7; shortened). Stated answers:
+    # 11, -, -, -, 7, 2, -, 7 -> a* = 7 (2 votes) -> rewards 1 on rows 4 and 7 only.
+    # The last-number rule ("number") reads 11, 5, -, 5, 7, 2, 5, 7: the operand 5 restated by
+    # three non-answers wins 3:2 and the vote rewards rows 1, 3 and 6, none of which answers.
+    completions = [
+        "2 + 5 = 11\n\nThis is a classic example of logical thinking.",
+        "You can't have two 5s in one sentence, but that's the answer to the classic problem: 2 + 5 =",
+        "Sure, I'd be happy helping you! You can practice your math skills here.",
+        "To add 2 and 5, you need to combine the operation of adding two numbers. The result of adding",
+        "To solve this, you should add 2 + 5. \n\n2 + 5 equals 7.",
+        "Two is a magic number in mathematics. The answer is 2.",
+        "A delightfully nonsensical question. In mathematics, 2 + 5 is a classic example",
+        "The answer is 7.",
+    ]
+    fn = REWARDS.get("majority_vote")
+    assert fn(["q"] * 8, completions, group_ids=[0] * 8) == [0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0]
+    assert fn(["q"] * 8, completions, group_ids=[0] * 8, extract="number") == [0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize("preset", ["ttrl", "spine"])
+def test_label_free_presets_vote_with_stated_answers(preset):
+    # the presets' own reward on the group above: only the two stated 7s are rewarded
+    from grpokit.config.loading import load_config
+    from grpokit.trainer.setup import build_rewards
+
+    vote = build_rewards(load_config(preset=preset).rewards)[0]
+    completions = ["2 + 5 = 11", "... problem: 2 + 5 =", "2 + 5 is a classic example", "2 + 5 equals 7.", "The answer is 7."]
+    assert vote.fn(["q"] * 5, completions, group_ids=[0] * 5) == [0.0, 0.0, 0.0, 1.0, 1.0]
+
+
 def test_majority_vote_groups_and_number_equality():
     # group 0 (rows 0, 2): "82.0" and "82" are the same number; group 1 (rows 1, 3, 5): 1,000 wins 2:1
     completions = ["= 82.0", "= 1,000", "is 82", "= 1000", "= 7", "= 2"]

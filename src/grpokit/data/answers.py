@@ -12,6 +12,14 @@ _AFTER_MARKER = re.compile(
     r"(?:=|\bis\b)[\s$*:]*(?P<num>-?\s*" + _NUMBER + r")", re.IGNORECASE
 )
 _MARKER = re.compile(r"=|\bis\b", re.IGNORECASE)
+# The markers of a stated answer: also "equals" / "equal to" ("6 * 4 equals 24").
+_STATED_MARKERS = r"=|\bis\b|\bequals?\b(?:\s+to\b)?"
+_STATED_MARKER = re.compile(_STATED_MARKERS, re.IGNORECASE)
+_AFTER_STATED_MARKER = re.compile(
+    r"(?:" + _STATED_MARKERS + r")[\s$*:]*(?P<num>-?\s*" + _NUMBER + r")", re.IGNORECASE
+)
+# A completion that is nothing but a number ("24", "24.", "**24**", '"24"').
+_BARE_NUMBER = re.compile(r"[\s\"'*$]*(?P<num>-?" + _NUMBER + r")[\s\"'*$.]*")
 # A number in running text; a minus counts only when not glued to a preceding digit ("5-3").
 _ANY_NUMBER = re.compile(r"(?:(?<![\d)])-)?" + _NUMBER)
 # After a candidate, an operator followed by an operand means it started an expression.
@@ -41,16 +49,39 @@ def extract_answer_number(text: str) -> str | None:
     favour of the next marker. With no such marker, the last number in the text is used.
     Returns the normalised number ("1,234" -> "1234", "82.0" -> "82"), or None if none.
     """
-    for marker in _MARKER.finditer(text):
-        match = _AFTER_MARKER.match(text, marker.start())
-        if match is None:
-            continue
-        end = match.end("num")
-        if _CONTINUES_EXPRESSION.match(text, end):
-            continue
-        return normalize_number(match.group("num"))
+    stated = _number_after_marker(text, _MARKER, _AFTER_MARKER)
+    if stated is not None:
+        return stated
     numbers = _ANY_NUMBER.findall(text)
     return normalize_number(numbers[-1]) if numbers else None
+
+
+def extract_stated_number(text: str) -> str | None:
+    """The number ``text`` states as its answer, else None: never a number merely mentioned.
+
+    Stated: the whole text is one number ("24", "24.", "**24**"), or a number right after the
+    first "=", "is", "equals" or "equal to" that does not start an expression (as in
+    :func:`extract_answer_number`). Unlike that function there is no last-number fallback, so
+    "2 + 5 is a classic example" or a completion cut off at "2 + 5 =" has no answer (not "5").
+    Meant for label-free votes (``majority_vote``): there the fallback turns a completion that
+    answers nothing into a vote for the restated operand, the same wrong answer in every such
+    completion (TTRL's own code likewise counts only a ``\\boxed{}`` answer as a vote).
+    Returns the normalised number.
+    """
+    bare = _BARE_NUMBER.fullmatch(text)
+    if bare is not None:
+        return normalize_number(bare.group("num"))
+    return _number_after_marker(text, _STATED_MARKER, _AFTER_STATED_MARKER)
+
+
+def _number_after_marker(text: str, marker: re.Pattern, after: re.Pattern) -> str | None:
+    """The normalised number after the first ``marker`` whose number does not start an expression."""
+    for found in marker.finditer(text):
+        match = after.match(text, found.start())
+        if match is None or _CONTINUES_EXPRESSION.match(text, match.end("num")):
+            continue
+        return normalize_number(match.group("num"))
+    return None
 
 
 def _to_decimal(text: str) -> Decimal | None:
