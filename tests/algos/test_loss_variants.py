@@ -119,6 +119,23 @@ def test_reg_grpo_groups_are_independent_and_equal_reward_groups_skipped():
     assert total == pytest.approx(float(SMTM(fn(only_first)[0], mask[:2])) / 2, rel=1e-6)
 
 
+
+@pytest.mark.parametrize("name, options", [("cispo", {}), ("humanline", {"log_eps_p": -1.0, "log_eps_r": 1.5})])
+def test_zero_advantage_row_has_no_gradient_and_the_registration_says_so(name, options):
+    # Row 0: A = 1, r = e^0.1 = 1.1052 against old (cispo) and ref (humanline): inside every band, so
+    # grad = -w A = -1.1052 for both (cispo: w = min(r, 1.28); humanline: d(-r A)/dl = -r A).
+    # Row 1: A = 0, r = e^1 = 2.718 and e^-1 = 0.368, beyond the PPO and IS bands: grad 0 at any ratio,
+    # so the learner may leave the row out; it does only if the registration declares it (issue 28:
+    # cispo and humanline did not, and learned zero-advantage groups at full cost).
+    logp = leaf([[-1.0, -2.0], [-1.0, -2.0]])
+    base = logp.detach() - torch.tensor([[0.1, 0.1], [1.0, -1.0]])
+    inp = LossInputs(logp=logp, old_logp=base, ref_logp=base, adv=torch.tensor([1.0, 0.0]), mask=torch.ones(2, 2))
+    loss, _ = POLICY_LOSSES.get(name)(inp, **options)
+    TOKEN_MEAN(loss, inp.mask).backward()
+    expected = torch.tensor([[-math.exp(0.1) / 4, -math.exp(0.1) / 4], [0.0, 0.0]])  # token mean over 4 tokens
+    assert torch.allclose(logp.grad, expected, atol=1e-7)
+    assert POLICY_LOSSES.spec(name).zero_advantage_zero_gradient
+
 # ----------------------------------------------------------------------------- humanline
 def test_humanline_clamp_hand_computed():
     # log-ratios vs ref [2.0, 0.3, -2.0], band [-1, 1.5], A = -1, eps 0.2:

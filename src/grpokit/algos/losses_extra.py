@@ -19,7 +19,11 @@ Metrics = dict[str, torch.Tensor]
 _PPO_MASK_ONLY = {"epsilon_low": ("ppo_mask", (True,)), "epsilon_high": ("ppo_mask", (True,))}
 
 
-@POLICY_LOSSES.register("cispo", ratios=None, ratio_gradient=False, reads_if=_PPO_MASK_ONLY)
+# zero_advantage_zero_gradient: the weight multiplies A_it, so a row with A = 0 has gradient 0 at every
+# ratio; declared, the learner leaves such rows out (the same update, fewer forwards)
+@POLICY_LOSSES.register(
+    "cispo", ratios=None, ratio_gradient=False, reads_if=_PPO_MASK_ONLY, zero_advantage_zero_gradient=True,
+)
 def cispo_loss(
     inp: LossInputs,
     *,
@@ -98,7 +102,7 @@ def sapo_loss(
     return loss, metrics
 
 
-@POLICY_LOSSES.register("humanline", inputs=("ref_logp",))
+@POLICY_LOSSES.register("humanline", inputs=("ref_logp",), zero_advantage_zero_gradient=True)  # -min(r A, clip(r) A) = 0 at A = 0
 def humanline_loss(
     inp: LossInputs,
     *,

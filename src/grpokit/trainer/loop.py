@@ -285,7 +285,9 @@ class Trainer:
         algo = self.cfg.algorithm
         if not (self.cfg.train.skip_zero_advantage and self.loss_spec.zero_advantage_zero_gradient):
             return None  # only losses whose gradient is exactly 0 where the advantage is 0
-        if self.needs_ref or algo.beta > 0 or algo.entropy_coef > 0 or algo.entropy_band_coef > 0 or "teacher_logp" in self.needs:
+        # reference log-probs alone do not stop it: the KL term exists only with beta > 0, and a loss that reads
+        # ref_logp (humanline) has declared that its own gradient is 0 where the advantage is
+        if algo.beta > 0 or algo.entropy_coef > 0 or algo.entropy_band_coef > 0 or "teacher_logp" in self.needs:
             return None  # a KL, entropy or distillation term has a gradient on every row
         return None if self.learners.distributed else rows_with_gradient(lb.adv, lb.mask, lb.token_weights)
 
