@@ -292,7 +292,9 @@ def settings_lines(plan: study.Plan, results: dict | None = None) -> list[str]:
         "- Still different between grpokit and TRL: the warm-up shape (grpokit lr x 1/3, 2/3 on steps 1-2; TRL's "
         "`constant_with_warmup` x 0, 1/2), each library's prompt order (grpokit's follows `data.seed`, fixed with the split, "
         "so its seeds vary sampling only), sampling code (grpokit's decode loop vs `transformers.generate`), and grpokit "
-        "leaving zero-advantage rows out of the learner (the same update; the optimizer still steps).",
+        "leaving zero-advantage rows out of the learner (the same update). Runs of code before 2026-12-05 also applied "
+        "AdamW's update on a batch whose gradient is exactly 0, as TRL does (the weights coast on the momentum); later "
+        "runs skip that update (`optim.step_without_gradient=false`, see the diagnoses).",
         "- Mean ± std: sample std over seeds. Curves are linear between evaluations; against minutes a seed holds its final "
         "accuracy after its last point, against steps the mean stops at the shortest seed. Verdicts: the difference against "
         "the reference row at equal training minutes, beyond 2 standard errors [inferred rule].", "",

@@ -37,9 +37,48 @@ def test_skipping_zero_advantage_rows_gives_the_same_update(tiny_cfg, adv_of_gro
     common = {"optim.weight_decay": 0.1, **LOSSES[loss]}
     plain_m, plain_w = _learn_once(tiny_cfg(**{"train.skip_zero_advantage": False, **common}), adv_of_group)
     skip_m, skip_w = _learn_once(tiny_cfg(**common), adv_of_group)
-    assert skip_m["learn/skipped_rows"] == (0.5 if adv_of_group[1] else 1.0) and "learn/skipped_rows" not in plain_m
-    torch.testing.assert_close(skip_w, plain_w, atol=1e-6, rtol=1e-5)  # AdamW steps (decay) even on a zero gradient
-    assert abs(skip_m["grad_norm"] - plain_m["grad_norm"]) <= 1e-5 * max(1.0, plain_m["grad_norm"])
+    torch.testing.assert_close(skip_w, plain_w, atol=1e-6, rtol=1e-5)
+    if adv_of_group[1]:
+        assert skip_m["learn/skipped_rows"] == 0.5 and "learn/skipped_rows" not in plain_m
+        assert abs(skip_m["grad_norm"] - plain_m["grad_norm"]) <= 1e-5 * max(1.0, plain_m["grad_norm"])
+    else:  # a gradient of exactly 0: no update either way (optim.step_without_gradient=false)
+        assert skip_m["learn/updates"] == plain_m["learn/updates"] == 0.0 and "grad_norm" not in skip_m
+
+
+def test_a_zero_gradient_batch_moves_no_weight_unless_asked(tiny_cfg):
+    """AdamW on a zero gradient still moves the weights: by its momentum m / (sqrt(v) + eps) and its decay.
+
+    A first update with a real gradient fills the moments; a second batch whose advantages are all 0
+    then moves nothing by default, and by lr * (0.9 m / (sqrt(0.99 v) + eps) + wd * w) per weight with
+    optim.step_without_gradient=true (TRL's and verl's behaviour).
+    """
+    def two_updates(**sets):
+        trainer = Trainer(tiny_cfg(**{"optim.weight_decay": 0.1, "optim.lr": 0.01, **sets}), *tiny_model_and_tokenizer(seed=5))
+        rows = trainer.splits.train[:2]
+        torch.manual_seed(0)
+        batch = trainer.backend.generate(trainer._prompt_texts(rows), rows, 4, SamplingParams(max_new_tokens=6, temperature=1.0))
+        learn = lambda adv: trainer._learn(LearnBatch(rollout=batch, adv=adv, mask=batch.completion_mask.clone(),
+                                                      rewards=torch.zeros(len(batch)), behaviour_logp=batch.sampling_logp))
+        first = learn(torch.linspace(-1, 1, len(batch)))
+        before = [p.detach().clone() for p in trainer.model.parameters()]
+        state = {id(p): {k: v.clone() for k, v in trainer.optimizer.state[p].items()} for p in trainer.model.parameters()}
+        second = learn(torch.zeros(len(batch)))
+        return first, second, before, list(trainer.model.parameters()), state, trainer
+
+    first, second, before, after, _, _ = two_updates()
+    assert first["learn/updates"] == 1.0 and second["learn/updates"] == 0.0 and second["learn/skipped_rows"] == 1.0
+    assert all(torch.equal(b, a.detach()) for b, a in zip(before, after))
+    _, second, before, after, state, trainer = two_updates(**{"optim.step_without_gradient": True})
+    assert second["learn/updates"] == 1.0 and second["grad_norm"] == 0.0
+    (beta1, beta2), eps = trainer.optimizer.param_groups[0]["betas"], trainer.optimizer.param_groups[0]["eps"]
+    for b, a, p in zip(before, after, trainer.model.parameters()):
+        s = state[id(p)]
+        step = float(s["step"]) + 1
+        m, v = beta1 * s["exp_avg"], beta2 * s["exp_avg_sq"]
+        coast = (m / (1 - beta1 ** step)) / ((v / (1 - beta2 ** step)).sqrt() + eps)
+        expected = b * (1 - 0.01 * 0.1) - 0.01 * coast
+        torch.testing.assert_close(a.detach(), expected, atol=1e-6, rtol=1e-5)
+    assert max(float((a.detach() - b).abs().max()) for b, a in zip(before, after)) > 1e-3  # it coasted
 
 
 def test_rows_are_kept_when_a_term_has_gradient_without_advantage(tiny_cfg):

@@ -18,6 +18,7 @@ import contextlib
 import copy
 import logging
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -246,14 +247,23 @@ class Trainer:
 
         A batch without a single loss unit (every row taken out of the loss, e.g. by a filter that
         found nothing to learn from) has nothing to learn: no forward, no optimizer update, no
-        scheduler step (``learn/updates`` = 0). The step still counts towards ``train.steps``; the
-        learning-rate schedule counts optimizer updates.
+        scheduler step (``learn/updates`` = 0). A batch whose gradient is exactly 0 (every advantage
+        0 under a loss with no other term) gets no optimizer update either, unless
+        ``optim.step_without_gradient``, but its updates count in the learning-rate schedule, which
+        then stays a function of the step. The step still counts towards ``train.steps``.
         """
         algo = self.cfg.algorithm
         if not bool(lb.mask.any()):
             return {"learn/updates": 0.0}
+        live = self._rows_with_gradient(lb)  # None: any row may have a gradient
+        if live is not None and not bool(live.any()) and not self.cfg.optim.step_without_gradient:
+            with warnings.catch_warnings():  # the gradient is exactly 0: AdamW would only coast; the schedule goes on
+                warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")  # intended
+                for _ in range(algo.num_iterations):
+                    self.scheduler.step()
+            return {"learn/updates": 0.0, "learn/skipped_rows": 1.0}
         self.model.train()
-        keep = self._rows_with_gradient(lb)
+        keep = live if self.cfg.train.skip_zero_advantage and not self.learners.distributed else None
         parts = self.learners.parts(lb.rollout, self.cfg.train.micro_batch_size, keep)  # all of it, or this rank's whole groups
         scored = producers.scheduled(self.needs, "scored", algo.num_iterations)  # from the methods' declared inputs
         producers.produce(scored, self.policy, lb, parts, self.learners)
@@ -281,15 +291,15 @@ class Trainer:
         return {**learn, **correction_metrics}
 
     def _rows_with_gradient(self, lb: LearnBatch) -> Optional[torch.Tensor]:
-        """``[B]`` rows to learn from when zero-advantage rows may be skipped (see learner.rows_with_gradient), else None."""
+        """``[B]`` rows that can have a gradient (see learner.rows_with_gradient), None when any row may."""
         algo = self.cfg.algorithm
-        if not (self.cfg.train.skip_zero_advantage and self.loss_spec.zero_advantage_zero_gradient):
+        if not self.loss_spec.zero_advantage_zero_gradient:
             return None  # only losses whose gradient is exactly 0 where the advantage is 0
         # reference log-probs alone do not stop it: the KL term exists only with beta > 0, and a loss that reads
         # ref_logp (humanline) has declared that its own gradient is 0 where the advantage is
         if algo.beta > 0 or algo.entropy_coef > 0 or algo.entropy_band_coef > 0 or "teacher_logp" in self.needs:
             return None  # a KL, entropy or distillation term has a gradient on every row
-        return None if self.learners.distributed else rows_with_gradient(lb.adv, lb.mask, lb.token_weights)
+        return rows_with_gradient(lb.adv, lb.mask, lb.token_weights)  # advantages are the same on every rank
 
     @property
     def updates(self) -> int:
