@@ -88,7 +88,8 @@ def claim_sentence(m: Any, runs_by_method: dict[str, list[dict]], labels: dict[s
     else:
         what = (f"{100 * cmp['delta']:+.1f} pp vs {ref_label} at equal training minutes ({cmp['minutes']:.2f} min): "
                 f"{pct(cmp['a'])} vs {pct(cmp['b'])} ({cmp['n_a']} vs {cmp['n_b']} seeds{se})")
-    return f"{head} Here: {what}: {st.verdict(m.expect, cmp)}."
+    note = f" {m.note}" if getattr(m, "note", "") else ""
+    return f"{head} Here: {what}: {st.verdict(m.expect, cmp)}.{note}"
 
 
 def task_section(task: Any, runs_by_method: dict[str, list[dict]], methods: list, figures: list[str]) -> list[str]:

@@ -125,6 +125,7 @@ class Method:
     side: str = "grpokit"  # or "trl": TRL's GRPOTrainer on the preset's config
     needs_teacher: bool = False
     label_free: bool = False
+    note: str = ""  # said after the row's verdict, e.g. that its cached runs predate a change of its preset
 
 
 # GRPO as TRL's reference run trains it: PPO-clip 0.2, token-mean loss, beta 0 (the grpo preset's k3 KL off)
@@ -154,7 +155,10 @@ METHODS = {m.name: m for m in [
     Method("lambda_grpo", "λ-GRPO", "lambda_grpo", (), "GRPO is Secretly a Process Reward Model, arXiv 2509.21154",
            "weighting each token by 1 / (completions sharing its prefix) reaches a higher accuracy faster than GRPO."),
     Method("reg_grpo", "Reg-GRPO", "reg_grpo", (), "DeepVideo-R1: Video Reinforcement Fine-Tuning via Difficulty-aware Regressive GRPO, arXiv 2506.07464",
-           "regressing the advantage onto the policy's log-ratio instead of clipping beats GRPO."),
+           "regressing the advantage onto the policy's log-ratio instead of clipping beats GRPO.",
+           note="Stale: measured with the earlier preset (β 0, two updates per batch, ρ = 0 on every batch's first update); "
+                "the preset now has β 0.1, one update per batch and ρ against the policy one update behind, and this row "
+                "was not measured again."),
     Method("kdrl", "KDRL", "kdrl", (), "KDRL: Post-Training Reasoning LLMs via Unified Knowledge Distillation and Reinforcement Learning, arXiv 2506.02208",
            "adding reverse-KL distillation from a teacher to GRPO beats GRPO alone (the teacher's training is not counted here).",
            needs_teacher=True),
