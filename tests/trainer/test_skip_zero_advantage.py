@@ -85,3 +85,24 @@ def test_rows_are_kept_when_a_term_has_gradient_without_advantage(tiny_cfg):
     for overrides in ({"algorithm.beta": 0.04}, {"algorithm.entropy_coef": 0.01}, {"algorithm.loss": "disco"}):
         metrics, _ = _learn_once(tiny_cfg(**overrides), (0.0, 1.0))
         assert "learn/skipped_rows" not in metrics, overrides
+
+
+def test_a_zero_gradient_batch_still_counts_for_update_hooks(tiny_cfg):
+    """Humanline syncing every update (arXiv 2509.24207): an update of size 0 still syncs pi_ref to the policy.
+
+    After one real update the reference holds the weights from before it; a following batch whose
+    advantages are all 0 takes no AdamW step but its (size-0) update syncs the reference to the
+    current weights, as the stepped update would have, and the schedule counts it.
+    """
+    cfg = tiny_cfg(**{"algorithm.loss": "humanline", "algorithm.ref_sync_every": 1, "optim.lr": 0.01})
+    trainer = Trainer(cfg, *tiny_model_and_tokenizer(seed=5))
+    rows = trainer.splits.train[:2]
+    torch.manual_seed(0)
+    batch = trainer.backend.generate(trainer._prompt_texts(rows), rows, 4, SamplingParams(max_new_tokens=6, temperature=1.0))
+    learn = lambda adv: trainer._learn(LearnBatch(rollout=batch, adv=adv, mask=batch.completion_mask.clone(),
+                                                  rewards=torch.zeros(len(batch)), behaviour_logp=batch.sampling_logp))
+    weights = lambda m: torch.cat([p.detach().flatten() for p in m.parameters()])
+    learn(torch.linspace(-1, 1, len(batch)))
+    assert trainer.updates == 1 and not torch.equal(weights(trainer.policy.reference), weights(trainer.model))  # lags one update
+    assert learn(torch.zeros(len(batch)))["learn/updates"] == 0.0
+    assert trainer.updates == 2 and torch.equal(weights(trainer.policy.reference), weights(trainer.model))  # synced

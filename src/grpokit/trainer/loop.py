@@ -8,8 +8,10 @@ mu = 1, where the ratio is exactly 1). The loop names no method: what a method r
 in its registration and produced by ``trainer/producers.py``; stages that reshape a step's batch
 are listed by ``setup.batch_stages`` from the config, hooks that run right before every optimizer
 update by ``setup.update_hooks``. A batch with no loss unit left (every row masked out) takes no
-optimizer update and no scheduler step; a batch whose rows all have advantage 0 still takes one,
-as in DeepSeekMath GRPO / TRL (AdamW's momentum and weight decay move the weights).
+optimizer update and no scheduler step. A batch whose gradient is exactly 0 (every advantage 0
+under a loss with no other term) takes updates of size 0: the update hooks and the schedule count
+them, AdamW does not step (its momentum would move the weights with no data behind it; TRL and
+verl step: ``optim.step_without_gradient``).
 """
 
 from __future__ import annotations
@@ -257,9 +259,11 @@ class Trainer:
             return {"learn/updates": 0.0}
         live = self._rows_with_gradient(lb)  # None: any row may have a gradient
         if live is not None and not bool(live.any()) and not self.cfg.optim.step_without_gradient:
-            with warnings.catch_warnings():  # the gradient is exactly 0: AdamW would only coast; the schedule goes on
+            with warnings.catch_warnings():  # the gradient is exactly 0: AdamW would only coast. Updates of size 0:
                 warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")  # intended
-                for _ in range(algo.num_iterations):
+                for _ in range(algo.num_iterations):  # the hooks (a reference sync every k) and the schedule go on
+                    for hook in self.update_hooks:
+                        hook(self.context, self.updates + 1)
                     self.scheduler.step()
             return {"learn/updates": 0.0, "learn/skipped_rows": 1.0}
         self.model.train()
