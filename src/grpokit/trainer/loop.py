@@ -265,7 +265,7 @@ class Trainer:
                     for hook in self.update_hooks:
                         hook(self.context, self.updates + 1)
                     self.scheduler.step()
-            return {"learn/updates": 0.0, "learn/skipped_rows": 1.0}
+            return {"loss": 0.0, "grad_norm": 0.0, "learn/updates": 0.0, "learn/skipped_rows": 1.0}  # exactly 0 both
         self.model.train()
         keep = live if self.cfg.train.skip_zero_advantage and not self.learners.distributed else None
         parts = self.learners.parts(lb.rollout, self.cfg.train.micro_batch_size, keep)  # all of it, or this rank's whole groups
