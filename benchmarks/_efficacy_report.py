@@ -53,8 +53,11 @@ def grpo_vs_trl(runs_by_method: dict[str, list[dict]]) -> list[str]:
     """GRPO and TRL mean accuracy at equal steps and at equal training minutes, and the time ratio."""
     grpo, trl = runs_by_method.get(GRPO, []), runs_by_method.get(TRL, [])
     ratio, why = st.time_to_trl_accuracy_ratio(grpo, trl)
+    holds, where = st.stays_above_trl(grpo, trl)
+    stays = {True: "**yes**", False: "**no**", None: "not checked"}[holds]
     out = [f"`time_to_trl_accuracy_ratio={ratio:.3f}`" if math.isfinite(ratio) else "`time_to_trl_accuracy_ratio=nan`",
-           f"({why}).", ""]
+           f"({why}).", "",
+           f"grpokit's mean accuracy stays at or above TRL's after first reaching TRL's final accuracy: {stays} ({where}).", ""]
     if not grpo or not trl:
         return out
     rows = ["| at | GRPO (grpokit) | TRL GRPOTrainer |", "|---|---|---|"]

@@ -97,6 +97,34 @@ def time_to_trl_accuracy_ratio(grpo: list[dict], trl: list[dict]) -> tuple[float
     return t_trl / t_grpo, f"{about}; TRL reaches it at {t_trl:.2f} min, grpokit at {t_grpo:.2f} min ({len(grpo)} seed(s))"
 
 
+def stays_above_trl(grpo: list[dict], trl: list[dict]) -> tuple[bool | None, str]:
+    """Whether grpokit's mean accuracy stays >= TRL's at every evaluation after it first reaches TRL's final accuracy.
+
+    Both sides' mean-over-seeds curves against training minutes (final values held, as in
+    :func:`time_to_trl_accuracy_ratio`) are read at every evaluation minute of either side from the
+    minute grpokit's curve first reaches the target (TRL's final mean accuracy) up to the later of
+    the two budgets. Returns (True / False, the worst point), or (None, why) when there is nothing to check.
+    """
+    if not grpo or not trl:
+        return None, f"needs GRPO and TRL runs (have {len(grpo)} GRPO, {len(trl)} TRL)"
+    target = statistics.fmean(final_accuracy(r) for r in trl)
+    g = mean_curve([minutes_curve(r) for r in grpo], hold=True)
+    t = mean_curve([minutes_curve(r) for r in trl], hold=True)
+    start = first_reach(g[0], g[1], target)
+    if start is None:
+        return None, f"grpokit's mean curve never reaches TRL's final mean accuracy {target:.1%}"
+    points = sorted({x for x in g[0] + t[0] if x >= start})
+    gaps = [(interp(g[0], g[1], x) - interp(t[0], t[1], x), x) for x in points]
+    worst, at = min(gaps)
+    below = [x for d, x in gaps if d < -TOL]
+    lowest = (f"lowest margin {100 * worst:+.1f} pp at {at:.2f} min: grpokit {interp(g[0], g[1], at):.1%} vs TRL "
+              f"{interp(t[0], t[1], at):.1%}")
+    checked = f"{len(points)} evaluation minutes from {start:.2f} min"
+    if below:
+        return False, f"below TRL at {len(below)} of {checked}; {lowest}"
+    return True, f"{checked}; {lowest}"
+
+
 def summary(runs: list[dict]) -> dict:
     """Per-method numbers of the report table (means over seeds, std where it says so)."""
     def mean_of(steps: list[dict], key: str) -> float:

@@ -322,7 +322,10 @@ def ran_on_note(plan: study.Plan, results: dict) -> str:
 
 
 def report(plan: study.Plan, out: Path) -> tuple[float, str]:
-    """Write ``out/efficacy.md`` and ``out/efficacy/*.png`` from the cache; GRPO vs TRL's time ratio on the demo task."""
+    """Write ``out/efficacy.md`` and ``out/efficacy/*.png`` from the cache; GRPO vs TRL's time ratio on the demo task.
+
+    The other tasks' ratios (and whether grpokit stays at or above TRL after reaching its accuracy) are printed first.
+    """
     import _efficacy_report as rep
     import _efficacy_stats as st
 
@@ -341,6 +344,11 @@ def report(plan: study.Plan, out: Path) -> tuple[float, str]:
         sections.append(rep.task_section(task, results.get(task.name, {}), methods, figures))
     out.mkdir(parents=True, exist_ok=True)
     rep.write_markdown(out / "efficacy.md", header, sections, not_run)
+    for name in TASKS:
+        if name != "demo" and results.get(name):
+            ratio, why = st.time_to_trl_accuracy_ratio(results[name].get("grpo", []), results[name].get("trl", []))
+            print(f"task {name}: time_to_trl_accuracy_ratio={ratio:.3f} ({why}); "
+                  f"stays at or above TRL after: {st.stays_above_trl(results[name].get('grpo', []), results[name].get('trl', []))[0]}")
     demo = results.get("demo", {})
     return st.time_to_trl_accuracy_ratio(demo.get("grpo", []), demo.get("trl", []))
 

@@ -61,6 +61,21 @@ def test_time_to_trl_accuracy_ratio_by_hand():
     assert math.isnan(st.time_to_trl_accuracy_ratio(grpo, [])[0])
 
 
+def test_stays_above_trl_after_reaching_its_final_accuracy_by_hand():
+    # TRL: one seed 0.6 -> 0.8 at 4 min (target 0.8). grpokit: 0.6 -> 0.9 at 1 min -> 0.7 at 2 min -> 0.9 at 3 min.
+    # grpokit first reaches 0.8 at 2/3 min; points from there: 1 (0.9 vs 0.65), 2 (0.7 vs 0.7), 3 (0.9 vs 0.75),
+    # 4 (0.9 held vs 0.8): never below (the tie at 2 min counts as not below), lowest margin 0 at 2 min
+    trl = [run([0.0, 4.0], [0.6, 0.8])]
+    grpo = [run([0.0, 1.0, 2.0, 3.0], [0.6, 0.9, 0.7, 0.9])]
+    holds, where = st.stays_above_trl(grpo, trl)
+    assert holds is True and "+0.0 pp at 2.00 min" in where and "4 evaluation minutes from 0.67 min" in where, where
+    # a dip to 0.6 at 2 min: 0.6 < 0.7 -> below at one point, lowest margin -10 pp there
+    holds, where = st.stays_above_trl([run([0.0, 1.0, 2.0, 3.0], [0.6, 0.9, 0.6, 0.9])], trl)
+    assert holds is False and "below TRL at 1 of 4 evaluation minutes from 0.67 min" in where and "-10.0 pp at 2.00 min" in where, where
+    assert st.stays_above_trl([run([0.0, 1.0], [0.6, 0.7])], trl)[0] is None  # never reaches 0.8
+    assert st.stays_above_trl(grpo, [])[0] is None
+
+
 def test_compare_at_equal_minutes_and_the_two_standard_error_verdict():
     # equal minute = the shortest run, 1.0: method 0.5 + 0.4 / 2 = 0.7 and 0.5 + 0.2 / 2 = 0.6 (mean 0.65,
     # std 0.0707); reference 0.6, 0.6 (std 0). delta 0.05, SE sqrt(0.005 / 2 + 0) = 0.05
