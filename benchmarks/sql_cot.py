@@ -13,6 +13,17 @@ recipe (rewards sql_execution 1.0 / sql_schema_f1 0.3 / sql_format 0.1, 192 new 
   (a) GRPO from the base model for ``--minutes`` of training wall time;
   (b) ``sql_cot_sft`` for ``--sft-minutes``, then GRPO for ``minutes - sft_minutes``.
 
+Stage 2 again, from one SFT model (issue: "GRPO after SFT undid the SFT gain")::
+
+    python benchmarks/sql_cot.py --arms sft,sft_grpo --minutes 30 --sft-minutes 10 \
+        --grpo-set optim.lr=2e-6 --grpo-set algorithm.beta=0.05 \
+        --grpo-set 'rewards=[{name: sql_execution, weight: 1.0}]'
+
+``--grpo-set`` overrides both GRPO stages (e.g. a lower learning rate, a correctness-only reward,
+a KL to the starting model: with ``algorithm.beta > 0`` the reference is the stage's starting
+model, i.e. the SFT model in arm b); ``--sft-dir`` reuses a finished SFT run folder instead of
+training one (its minutes are then not re-spent, and the report says so).
+
 The budget is the same training wall time for both arms, the SFT stage counted against (b)
 (evaluations and model loading excluded; each stage finishes the step it is in when its time
 runs out, so the steps done are reported too). Held-out execution accuracy (``sql_execution``,
@@ -70,8 +81,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sft-minutes", type=float, default=3.0, help="of (b)'s minutes, those spent on CoT SFT")
     p.add_argument("--heldout", type=int, default=100, help="held-out questions")
     p.add_argument("--out", default=None)
+    p.add_argument("--arms", default="grpo,sft,sft_grpo", help="subset of grpo,sft,sft_grpo (sft_grpo needs sft or --sft-dir)")
+    p.add_argument("--grpo-set", action="append", default=[], metavar="a.b=value", help="extra override of both GRPO stages")
+    p.add_argument("--sft-dir", default=None, help="a finished sql_cot_sft run folder to start arm b from (skips the SFT stage)")
     p.add_argument("--dry-run", action="store_true")
     a = p.parse_args(argv)
+    arms = [x.strip() for x in a.arms.split(",") if x.strip()]
+    if set(arms) - {"grpo", "sft", "sft_grpo"} or not arms:
+        p.error(f"--arms: choose from grpo,sft,sft_grpo (got {a.arms!r})")
+    if "sft_grpo" in arms and "sft" not in arms and not a.sft_dir:
+        p.error("--arms sft_grpo needs the sft arm or --sft-dir (the model it starts from)")
     if not 0 < a.sft_minutes < a.minutes:
         p.error("--sft-minutes must be > 0 and below --minutes (arm b needs time for GRPO too)")
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="sql-cot-"))
@@ -85,29 +104,52 @@ def main(argv: list[str] | None = None) -> int:
         limit = ["rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=8"]
         a.minutes, a.sft_minutes = 0.02, 0.01
     sets = lambda *kv: [x for s in (*common, *kv) for x in ("--set", s)]  # noqa: E731
-    grpo, sft, sft_grpo = out / "grpo", out / "sft", out / "sft_grpo"
+    grpo, sft, sft_grpo = out / "grpo", Path(a.sft_dir) if a.sft_dir else out / "sft", out / "sft_grpo"
     grpo_min = a.minutes - a.sft_minutes
-    wall = {}
-    wall["grpo"] = train(["--preset", "sql_after_cot", *sets(*limit, f"model.name={model}", f"logging.output_dir={grpo}",
-                                                              "train.steps=100000", f"train.max_minutes={a.minutes}")])
-    wall["sft"] = train(["--preset", "sql_cot_sft", *sets(f"model.name={model}", f"logging.output_dir={sft}",
-                                                            "train.steps=100000", f"train.max_minutes={a.sft_minutes}",
-                                                            "logging.checkpoint_every=0")])
-    wall["sft_grpo"] = train(["--preset", "sql_after_cot", *sets(*limit, f"model.name={sft}", f"logging.output_dir={sft_grpo}",
-                                                                  "train.steps=100000", f"train.max_minutes={grpo_min}")])
-    a_evals, b_evals = heldout(grpo), heldout(sft_grpo)
-    acc = {"base": a_evals[0]["accuracy"], "grpo": a_evals[-1]["accuracy"],
-           "sft": b_evals[0]["accuracy"], "sft_grpo": b_evals[-1]["accuracy"]}
-    n = {"grpo": steps(grpo), "sft": steps(sft), "sft_grpo": steps(sft_grpo)}
-    fmt = {k: last_mean(out / k, "reward/sql_format/mean") for k in ("grpo", "sft_grpo")}
-    print(f"| held-out execution accuracy ({int(a_evals[0].get('n', a.heldout))} questions, greedy) | accuracy | steps | wall s |")
+    wall, acc, n, nq = {}, {}, {}, a.heldout
+    if "grpo" in arms:
+        wall["grpo"] = train(["--preset", "sql_after_cot", *sets(*limit, *a.grpo_set, f"model.name={model}",
+                                                                  f"logging.output_dir={grpo}", "train.steps=100000",
+                                                                  f"train.max_minutes={a.minutes}")])
+        evals = heldout(grpo)
+        acc["base"], acc["grpo"], n["grpo"] = evals[0]["accuracy"], evals[-1]["accuracy"], steps(grpo)
+        nq = int(evals[0].get("n", nq))
+    if "sft" in arms and not a.sft_dir:
+        wall["sft"] = train(["--preset", "sql_cot_sft", *sets(f"model.name={model}", f"logging.output_dir={sft}",
+                                                                "train.steps=100000", f"train.max_minutes={a.sft_minutes}",
+                                                                "logging.checkpoint_every=0")])
+    if "sft" in arms or a.sft_dir:
+        n["sft"] = steps(sft)
+        sft_evals = heldout(sft) if (sft / "eval.jsonl").is_file() else []
+        if sft_evals:
+            acc["sft"] = sft_evals[-1]["accuracy"]
+    if "sft_grpo" in arms:
+        wall["sft_grpo"] = train(["--preset", "sql_after_cot", *sets(*limit, *a.grpo_set, f"model.name={sft}",
+                                                                      f"logging.output_dir={sft_grpo}", "train.steps=100000",
+                                                                      f"train.max_minutes={grpo_min}")])
+        evals = heldout(sft_grpo)
+        acc["sft"], acc["sft_grpo"], n["sft_grpo"] = evals[0]["accuracy"], evals[-1]["accuracy"], steps(sft_grpo)
+        nq = int(evals[0].get("n", nq))
+    reused = f" (reused {a.sft_dir})" if a.sft_dir else ""
+    print(f"| held-out execution accuracy ({nq} questions, greedy) | accuracy | steps | wall s |")
     print("|---|---|---|---|")
-    print(f"| base SmolLM2 | {acc['base']:.1%} | - | - |")
-    print(f"| (a) GRPO, {a.minutes:g} min | {acc['grpo']:.1%} | {n['grpo']} GRPO | {wall['grpo']:.0f} |")
-    print(f"| (b) CoT SFT only, {a.sft_minutes:g} min | {acc['sft']:.1%} | {n['sft']} SFT | {wall['sft']:.0f} |")
-    print(f"| (b) CoT SFT + GRPO, {a.sft_minutes:g} + {grpo_min:g} min | {acc['sft_grpo']:.1%} | "
-          f"{n['sft']} SFT + {n['sft_grpo']} GRPO | {wall['sft'] + wall['sft_grpo']:.0f} |")
-    print(f"training sql_format reward, last 5 steps: (a) {fmt['grpo']:.2f}, (b) {fmt['sft_grpo']:.2f}")
+    if "base" in acc:
+        print(f"| base SmolLM2 | {acc['base']:.1%} | - | - |")
+    if "grpo" in acc:
+        print(f"| (a) GRPO, {a.minutes:g} min | {acc['grpo']:.1%} | {n['grpo']} GRPO | {wall['grpo']:.0f} |")
+    if "sft" in acc:
+        print(f"| (b) CoT SFT only, {a.sft_minutes:g} min{reused} | {acc['sft']:.1%} | {n.get('sft', 0)} SFT | "
+              f"{wall.get('sft', float('nan')):.0f} |")
+    if "sft_grpo" in acc:
+        print(f"| (b) CoT SFT + GRPO, {a.sft_minutes:g} + {grpo_min:g} min{reused} | {acc['sft_grpo']:.1%} | "
+              f"{n.get('sft', 0)} SFT + {n['sft_grpo']} GRPO | {wall.get('sft', 0.0) + wall['sft_grpo']:.0f} |")
+    if a.grpo_set:
+        print("GRPO stage overrides: " + " ".join(a.grpo_set))
+    for k in ("grpo", "sft_grpo"):
+        if k in n:
+            print(f"training sql_format reward, last 5 steps ({k}): {last_mean(out / k, 'reward/sql_format/mean'):.2f}; "
+                  f"sql_execution: {last_mean(out / k, 'reward/sql_execution/mean'):.2f}; "
+                  f"completion length: {last_mean(out / k, 'completion_len/mean'):.0f}")
     print(" ".join(f"accuracy_{k}={v:.3f}" for k, v in acc.items()) + " "
           + " ".join(f"steps_{k}={v}" for k, v in n.items()))
     return 0
