@@ -16,7 +16,6 @@ verl step: ``optim.step_without_gradient``).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 import time
@@ -30,13 +29,13 @@ from grpokit.config.loading import dump_yaml
 from grpokit.config.schema import Config
 from grpokit.data.sampler import CurriculumSampler, PromptSampler
 from grpokit.distributed.ddp import SilentLogger, init_learners
-from grpokit.distributed.fsdp import load_shards, sharding_problem
+from grpokit.distributed.fsdp import sharding_problem
 from grpokit.envs.checks import rows_problem
 from grpokit.envs.episodes import episode_metrics
 from grpokit.registries import get_registry
 from grpokit.registry import call_with
 from grpokit.trainer import checkpoint as ckpt_io
-from grpokit.trainer import setup
+from grpokit.trainer import run_state, setup
 from grpokit.trainer.collect import collect_batch
 from grpokit.trainer.combine import RewardCombination
 from grpokit.trainer.context import StepContext
@@ -49,7 +48,6 @@ from grpokit.trainer.memory import allocate_gradients, release_free_memory, tune
 from grpokit.trainer.metrics import RunLogger, reward_metrics, rollout_entropy, sample_records
 from grpokit.trainer import producers
 from grpokit.trainer.progress import StepProgress
-from grpokit.trainer.stages import PreviousWeights
 
 log = logging.getLogger(__name__)
 
@@ -157,19 +155,6 @@ class Trainer:
     @property
     def combiner_state(self) -> Any:
         return self.combiner.state
-
-    def _stateful(self) -> dict[str, Any]:
-        """Algorithm parts with state that checkpoints must carry (advantage history, curricula, combiners, a synced reference, stages)."""
-        parts = {
-            "advantage_state": self.advantage_state,
-            "curriculum": getattr(self.sampler, "curriculum", None),
-            "combiner_state": self.combiner.state,
-            "reference": self.policy.reference if self.cfg.algorithm.ref_sync_every else None,  # it follows the policy
-            "previous_weights": PreviousWeights(self.policy) if "prev_logp" in self.needs else None,  # pi_old of Reg-GRPO
-            # batch stages with weights or state of their own (e.g. a posterior model and its optimizer)
-            **{f"stage/{type(s).__name__}": s for s in self.stages if hasattr(s, "state_dict")},
-        }
-        return {k: v for k, v in parts.items() if v is not None}
 
     def _prompt_texts(self, rows: list[dict]) -> list[str]:
         render = getattr(self.policy, "render", None)  # a vision-language policy adds the image / video parts
@@ -368,64 +353,12 @@ class Trainer:
         return result
 
     def save(self) -> Optional[Path]:
-        # sharded learners: every rank writes its shards (DCP), rank 0 gets the gathered weights for the HF folder
-        shards, weights = self.learners.write_shards(self.run_dir / "checkpoints", self.step, self.model, self.optimizer)
-        if not self.learners.is_main:
-            return None
-        return ckpt_io.save_checkpoint(
-            self.run_dir / "checkpoints",
-            self.step,
-            model=self.model,
-            tokenizer=self.tokenizer,
-            optimizer=self.optimizer,
-            scheduler=self.scheduler,
-            state={"sampler": self.sampler.state(), "elapsed_s": self.elapsed},
-            extra={k: v.state_dict() for k, v in self._stateful().items()},
-            keep=self.cfg.logging.keep_checkpoints,
-            merged=self.cfg.model.lora.save_merged,
-            processors=self.family.checkpoint_extras(self.policy),
-            state_dict=weights,
-            shards=shards,
-        )
+        """A checkpoint of the current step under ``output_dir/checkpoints`` (:mod:`grpokit.trainer.run_state`)."""
+        return run_state.save_run(self)
 
     def resume(self) -> bool:
         """Load the latest complete checkpoint of ``output_dir`` (none is a one-line error); True when resumed."""
-        ckpt = ckpt_io.require_checkpoint(self.run_dir / "checkpoints")
-        if (ckpt / ckpt_io.SHARDS).is_dir():  # model + optimizer from DCP shards: any number of ranks, sharded or whole
-            load_shards(self.model, self.optimizer, ckpt / ckpt_io.SHARDS)
-            state = ckpt_io.load_training_state(ckpt, None, self.scheduler)
-        elif self.learners.sharded:
-            raise ckpt_io.CheckpointError(f"distributed.learner=fsdp resumes from sharded checkpoints; {ckpt} has no {ckpt_io.SHARDS}/ folder: resume it with distributed.learner=ddp")
-        else:
-            ckpt_io.load_model_weights(self.model, ckpt)
-            state = ckpt_io.load_training_state(ckpt, self.optimizer, self.scheduler)
-        self.sampler.load_state(state["sampler"])
-        if self._stateful():
-            extra = torch.load(ckpt / "extra.pt", weights_only=False) if (ckpt / "extra.pt").is_file() else {}
-            for key, part in self._stateful().items():
-                if key not in extra:  # e.g. Reg-GRPO's previous-policy snapshot, saved only by newer grpokit
-                    raise RunContractError(f"{ckpt} holds no '{key}' state, which this run's method resumes from (the checkpoint "
-                                           "predates it): resume from a newer checkpoint or start the run again")
-                part.load_state_dict(extra[key])
-        self.step = state["step"]
-        self.elapsed = state.get("elapsed_s", 0.0)
-        self.logger.truncate_after(self.step)
-        log.info("resumed from %s (step %d)", ckpt, self.step)
-        return True
-
-    @contextlib.contextmanager
-    def _checkpoint_on_interrupt(self):
-        """Ctrl-C saves the last completed step before leaving, so ``--resume`` loses nothing."""
-        try:
-            yield
-        except KeyboardInterrupt:
-            if self.step > 0:
-                if self._step_start is not None:  # rewind data and RNG to the unfinished step's start
-                    self.sampler.load_state(self._step_start[0])
-                    ckpt_io.set_rng_state(self._step_start[1])
-                log.warning("interrupted: saving step %d to resume from (grpokit train ... --resume)", self.step)
-                self.save()
-            raise
+        return run_state.resume_run(self)
 
     # ------------------------------------------------------------------ the run
     def train(self, resume: bool = False) -> dict[str, Any]:
@@ -444,7 +377,7 @@ class Trainer:
         budget_s = cfg.train.max_minutes * 60 if cfg.train.max_minutes else float("inf")
         progress = StepProgress(cfg.train.steps, enabled=cfg.logging.progress and self.learners.is_main, start=self.step,
                                 budget_s=budget_s, elapsed_s=self.elapsed)
-        with progress, self._checkpoint_on_interrupt():
+        with progress, run_state.checkpoint_on_interrupt(self):
             while self.step < cfg.train.steps and self.learners.agree(self.elapsed < budget_s):
                 # elapsed = wall time of the training loop (steps, mid-run evals, checkpoints)
                 t0 = time.perf_counter()
