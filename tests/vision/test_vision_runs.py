@@ -198,6 +198,30 @@ def test_vision_tasks_are_deterministic_and_disjoint():
         vision_qa(0, 1, 1, kinds=["texture"])
 
 
+def test_a_misleading_caption_is_true_on_its_training_share_and_false_on_every_heldout_row():
+    from grpokit.families.vision_lm.tasks import vision_qa
+    from grpokit.families.vision_lm.tiny_qwen2vl import build_tokenizer
+
+    plain, cued = vision_qa(1, 200, 100), vision_qa(1, 200, 100, caption_train=0.8, caption_heldout=0.0)
+
+    def caption_says_answer(row):  # "Hint: two red circle. <question>": the asked attribute's word in the caption
+        words = row["prompt"].split(".")[0].removeprefix("Hint: ").split()
+        return row["answer"] in words
+
+    assert all(r["prompt"].startswith("Hint: ") for r in cued.train + cued.heldout)
+    share = sum(map(caption_says_answer, cued.train)) / 200
+    assert 0.7 <= share <= 0.9, share  # Binomial(200, 0.8): 0.8 +- 0.057 at 2 sd
+    assert not any(map(caption_says_answer, cued.heldout))  # every held-out caption is wrong where it matters
+    # the caption only adds words: same images and answers as without it, and the question stays last
+    assert [r["answer"] for r in cued.heldout] == [r["answer"] for r in plain.heldout]
+    assert [r["images"][0].tobytes() for r in cued.heldout] == [r["images"][0].tobytes() for r in plain.heldout]
+    assert all(c["prompt"].endswith(p["prompt"]) for c, p in zip(cued.heldout, plain.heldout))
+    tok = build_tokenizer()  # the tiny VLM reads every caption word (none is <unk>)
+    assert all(tok.unk_token_id not in tok(r["prompt"], add_special_tokens=False).input_ids for r in cued.train[:50])
+    with pytest.raises(ValueError, match="caption_train"):
+        vision_qa(0, 1, 1, caption_train=1.5)
+
+
 def test_answer_word_reads_the_first_word():
     from grpokit.rewards.builtin import answer_word
 

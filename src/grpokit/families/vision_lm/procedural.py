@@ -63,12 +63,17 @@ def shapes_image(colour: str, shape: str, count: int, rng: random.Random, size: 
     return Image.fromarray(canvas)
 
 
-def image_question(kind: str, rng: random.Random, size: int = 56) -> tuple[Image.Image, str, str]:
-    """(image, question, answer) for question ``kind`` in 'colour', 'count', 'shape'."""
+def image_question(kind: str, rng: random.Random, size: int = 56, with_attributes: bool = False) -> tuple:
+    """(image, question, answer) for question ``kind`` in 'colour', 'count', 'shape'.
+
+    ``with_attributes``: a fourth item, the image's words ``{"colour", "count", "shape"}`` (the
+    same random draws: the image and answer do not change).
+    """
     colour, shape, count = rng.choice(sorted(COLOURS)), rng.choice(SHAPES), rng.randint(1, 4)
     image = shapes_image(colour, shape, count, rng, size)
-    answer = {"colour": colour, "count": COUNT_WORDS[count - 1], "shape": shape}[kind]
-    return image, QUESTIONS[kind], answer
+    attributes = {"colour": colour, "count": COUNT_WORDS[count - 1], "shape": shape}
+    answer = attributes[kind]
+    return (image, QUESTIONS[kind], answer, attributes) if with_attributes else (image, QUESTIONS[kind], answer)
 
 
 def motion_clip(direction: str, rng: random.Random, size: int = 56, frames: int = 4) -> list[Image.Image]:

@@ -21,7 +21,7 @@ import random
 from typing import Any, Optional
 
 from grpokit.data.tasks import TASKS, TaskSplits
-from grpokit.families.vision_lm.procedural import image_question, noise_frames, video_question
+from grpokit.families.vision_lm.procedural import COLOURS, COUNT_WORDS, SHAPES, image_question, noise_frames, video_question
 
 ONE_WORD = " Answer with one word."
 IMAGE_KINDS = ("colour", "count", "shape")
@@ -46,7 +46,7 @@ def _splits(task: str, seed: int, n_train: int, n_heldout: int, draw) -> TaskSpl
     def fill(split: str, n: int) -> list[dict]:
         rng, rows = random.Random(f"grpokit/{task}/{split}/{seed}"), []
         while len(rows) < n:
-            row = draw(rng)
+            row = draw(rng, split)
             key = visual_key(row)
             if key in seen:
                 continue
@@ -67,16 +67,49 @@ def _check_kinds(task: str, kinds: Any, allowed: tuple[str, ...]) -> tuple[str, 
 
 
 @TASKS.register("vision_qa")
-def vision_qa(seed: int, n_train: int, n_heldout: int, *, kinds: Any = IMAGE_KINDS, size: int = 56) -> TaskSplits:
-    """Image questions (``images``: one PIL image) with one-word answers; ``kinds`` of colour, count, shape."""
-    kinds = _check_kinds("vision_qa", kinds, IMAGE_KINDS)
+def vision_qa(seed: int, n_train: int, n_heldout: int, *, kinds: Any = IMAGE_KINDS, size: int = 56,
+              caption_train: Optional[float] = None, caption_heldout: Optional[float] = None) -> TaskSplits:
+    """Image questions (``images``: one PIL image) with one-word answers; ``kinds`` of colour, count, shape.
 
-    def draw(rng: random.Random):
+    ``caption_train`` / ``caption_heldout``: each row of that split also gets a caption before its question
+    ("Hint: two red circle."), whose word for the asked attribute is the true one with
+    that probability and a wrong one otherwise (the other words are true); None: no caption. A
+    caption true on most training rows and false on every held-out row is a text shortcut that
+    scores in training and fails held out: only a policy that reads the image answers both (the
+    perception failure PAPO targets, "Perception-Aware Policy Optimization for Multimodal
+    Reasoning", arXiv 2507.06448, Sec. 1).
+    """
+    kinds = _check_kinds("vision_qa", kinds, IMAGE_KINDS)
+    truth = {"train": caption_train, "heldout": caption_heldout}
+    for split, p in truth.items():
+        if p is not None and not 0.0 <= float(p) <= 1.0:
+            raise ValueError(f"task 'vision_qa': option 'caption_{split}' must be a probability in [0, 1] or null; got {p!r}")
+
+    # captions draw from their own streams: the images, questions and answers are those of the task without them
+    caption_rng = {split: random.Random(f"grpokit/vision_qa/caption/{split}/{seed}") for split in truth}
+
+    def draw(rng: random.Random, split: str):
         kind = rng.choice(kinds)
-        image, question, answer = image_question(kind, rng, size)
-        return {"prompt": question + ONE_WORD, "images": [image], "answer": answer, "kind": kind}
+        image, question, answer, attributes = image_question(kind, rng, size, with_attributes=True)
+        prompt = question + ONE_WORD
+        if truth[split] is not None:
+            crng = caption_rng[split]
+            prompt = caption_text(kind, attributes, crng.random() < float(truth[split]), crng) + " " + prompt
+        return {"prompt": prompt, "images": [image], "answer": answer, "kind": kind}
 
     return _splits("vision_qa", seed, n_train, n_heldout, draw)
+
+
+def caption_text(kind: str, attributes: dict[str, str], true: bool, rng: random.Random) -> str:
+    """'Hint: two red circle.' with the asked ``kind``'s word replaced by another value when not ``true``.
+
+    Words the tiny VLM's word-level vocabulary holds (no plurals), so the caption is read, never ``<unk>``.
+    """
+    words = dict(attributes)
+    if not true:
+        choices = {"colour": sorted(COLOURS), "count": list(COUNT_WORDS), "shape": list(SHAPES)}[kind]
+        words[kind] = rng.choice([w for w in choices if w != attributes[kind]])
+    return f"Hint: {words['count']} {words['colour']} {words['shape']}."
 
 
 @TASKS.register("video_qa")
@@ -84,7 +117,7 @@ def video_qa(seed: int, n_train: int, n_heldout: int, *, kinds: Any = VIDEO_KIND
     """Clip questions (``video``: ``frames`` PIL frames) with one-word answers; ``kinds`` of motion, first."""
     kinds = _check_kinds("video_qa", kinds, VIDEO_KINDS)
 
-    def draw(rng: random.Random):
+    def draw(rng: random.Random, split: str):
         kind = rng.choice(kinds)
         clip, question, answer = video_question(kind, rng, size, frames)
         return {"prompt": question + ONE_WORD, "video": clip, "answer": answer, "kind": kind}
