@@ -107,3 +107,41 @@ def test_a_zero_gradient_batch_still_counts_for_update_hooks(tiny_cfg):
     assert trainer.updates == 1 and not torch.equal(weights(trainer.policy.reference), weights(trainer.model))  # lags one update
     assert learn(torch.zeros(len(batch)))["learn/updates"] == 0.0
     assert trainer.updates == 2 and torch.equal(weights(trainer.policy.reference), weights(trainer.model))  # synced
+
+
+def test_an_update_whose_every_token_is_clipped_moves_no_weight(tiny_cfg):
+    """GSPO's failure at lr >> its clip range (issue 28): the second update of a batch clips every sequence.
+
+    Every row has advantage 1 and the sequence ratio's clip range is 1e-6, so after the first update
+    (lr 0.01) every sequence's ratio is above 1 + 1e-6 and PPO-clip takes its constant branch: the
+    gradient is exactly 0. By default that update is of size 0 (AdamW does not coast on its momentum);
+    optim.step_without_gradient=true steps it as TRL and verl do.
+    """
+    def learn(**sets):
+        cfg = tiny_cfg(**{"algorithm.ratio": "sequence", "algorithm.epsilon_low": 1e-6, "algorithm.epsilon_high": 1e-6,
+                          "algorithm.aggregation": "seq_mean_token_mean", "algorithm.num_iterations": 2, "optim.lr": 0.01,
+                          **sets})
+        trainer = Trainer(cfg, *tiny_model_and_tokenizer(seed=5))
+        rows = trainer.splits.train[:2]
+        torch.manual_seed(0)
+        batch = trainer.backend.generate(trainer._prompt_texts(rows), rows, 4, SamplingParams(max_new_tokens=6, temperature=1.0))
+        steps, step = [], trainer._optimizer_step
+
+        def recorded():
+            norm = step()
+            steps.append((norm, trainer._steps(norm), torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])))
+            return norm
+
+        trainer._optimizer_step = recorded
+        metrics = trainer._learn(LearnBatch(rollout=batch, adv=torch.ones(len(batch)), mask=batch.completion_mask.clone(),
+                                            rewards=torch.zeros(len(batch)), behaviour_logp=batch.sampling_logp))
+        return metrics, steps, trainer
+
+    metrics, steps, trainer = learn()
+    (norm1, stepped1, w1), (norm2, stepped2, w2) = steps
+    assert norm1 > 0 and stepped1 and norm2 == 0.0 and not stepped2
+    assert metrics["clip/frac"] == 1.0 and metrics["learn/updates"] == 1.0 and trainer.updates == 2  # the schedule counts it
+    assert torch.equal(w1, w2)
+    metrics, steps, _ = learn(**{"optim.step_without_gradient": True})
+    assert metrics["learn/updates"] == 2.0 and steps[1][0] == 0.0
+    assert float((steps[1][2] - steps[0][2]).abs().max()) > 1e-4  # AdamW coasted on its momentum

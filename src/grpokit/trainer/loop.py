@@ -11,7 +11,8 @@ update by ``setup.update_hooks``. A batch with no loss unit left (every row mask
 optimizer update and no scheduler step. A batch whose gradient is exactly 0 (every advantage 0
 under a loss with no other term) takes updates of size 0: the update hooks and the schedule count
 them, AdamW does not step (its momentum would move the weights with no data behind it; TRL and
-verl step: ``optim.step_without_gradient``).
+verl step: ``optim.step_without_gradient``). So does any single update whose global gradient norm
+is exactly 0 (every token clipped); ``learn/updates`` counts the updates AdamW applied.
 """
 
 from __future__ import annotations
@@ -263,6 +264,7 @@ class Trainer:
             self.objective.loss_options.update(call_with(schedule, self.step, context=self.objective.loss_options))
         self.objective.correction, correction_metrics = setup.correction_for(self.cfg, lb.rollout, self.step)
         learn: dict[str, float] = {}
+        applied = 0
         for iteration in range(algo.num_iterations):
             if iteration > 0:
                 producers.produce(producers.scheduled(self.needs, "per_update"), self.policy, lb, parts, self.learners)
@@ -272,9 +274,10 @@ class Trainer:
             learn = self.learners.reduce_metrics(learn, parts, lb.mask)
             stale = [name for hook in self.update_hooks for name in hook(self.context, self.updates + 1)]  # pre-update weights
             learn["grad_norm"] = self._optimizer_step()
+            applied += self._steps(learn["grad_norm"])
             if stale and iteration + 1 < algo.num_iterations:  # a role moved: the batch's next update reads it anew
                 producers.produce([n for n in scored if n in stale], self.policy, lb, parts, self.learners)
-        learn["learn/updates"] = float(algo.num_iterations)
+        learn["learn/updates"] = float(applied)
         if keep is not None:
             learn["learn/skipped_rows"] = 1.0 - float(keep.float().mean())
         return {**learn, **correction_metrics}
@@ -314,14 +317,24 @@ class Trainer:
         self.sampler.observe([batch.rows[i] for i in first], acc.tolist())
 
     def _optimizer_step(self) -> float:
+        """The global grad norm; AdamW steps unless it is exactly 0 (an update of size 0, see the module doc).
+
+        That also catches an update whose every token was clipped (e.g. GSPO's second update at lr >> its
+        clip range), which no advantage check can see in advance.
+        """
         clip = self.cfg.optim.max_grad_norm
         params = list(self.policy.trainable_parameters())
         self.learners.all_reduce_gradients(params)  # data-parallel learners: sum of the ranks' gradients
         norm = self.learners.clip_gradients(params, clip if clip > 0 else float("inf"))  # sharded: the global norm
-        self.optimizer.step()
+        if self._steps(norm):
+            self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return norm
+
+    def _steps(self, grad_norm: float) -> bool:
+        """Whether AdamW applies an update of this global gradient norm (not on exactly 0, unless asked)."""
+        return grad_norm != 0.0 or self.cfg.optim.step_without_gradient
 
     def _log_samples(self, batch, scores, adv) -> None:
         samples = sample_records(batch, scores, adv, self.cfg.logging.samples_per_table)
