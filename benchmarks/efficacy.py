@@ -190,7 +190,7 @@ def build_config(method: Method, task: Task, seed: int, sizes: Sizes, out_dir: s
     shared = {
         "model": {"name": sizes.model, "device": device, "threads": sizes.threads, "dtype": "float32", "lora": {"enabled": False},
                   **({"teacher": teacher} if teacher else {})},
-        "data": {**task.data, "n_heldout": sizes.n_heldout},
+        "data": {**task.data, "n_heldout": sizes.n_heldout, "order_seed": seed},  # seeds vary the prompt order (as TRL's do)
         "rollout": {"group_size": sizes.group, "prompts_per_step": sizes.prompts, "max_new_tokens": sizes.max_new_tokens,
                     "min_new_tokens": 0, "temperature": 0.8, "top_p": 1.0, "top_k": 0},
         "optim": {"lr": 2.0e-5, "schedule": "constant", "warmup_steps": 2},
@@ -294,8 +294,8 @@ def settings_lines(plan: study.Plan, results: dict | None = None) -> list[str]:
         "[inferred]. KDRL's teacher is a GRPO run of the same budget (seed 1000), not counted in KDRL's minutes. TTRL and "
         "SPINE train without labels on the 55 training prompts (not on the held-out ones, as test-time RL would).",
         "- Still different between grpokit and TRL: the warm-up shape (grpokit lr x 1/3, 2/3 on steps 1-2; TRL's "
-        "`constant_with_warmup` x 0, 1/2), each library's prompt order (grpokit's follows `data.seed`, fixed with the split, "
-        "so its seeds vary sampling only), sampling code (grpokit's decode loop vs `transformers.generate`), and grpokit "
+        "`constant_with_warmup` x 0, 1/2), each library's prompt order (both vary with the seed: grpokit's `data.order_seed` = the seed since "
+        "2026-12-05, before which grpokit's seeds varied sampling only; seed 0 is the same order either way), sampling code (grpokit's decode loop vs `transformers.generate`), and grpokit "
         "leaving zero-advantage rows out of the learner (the same update). Runs of code before 2026-12-05 also applied "
         "AdamW's update on a batch whose gradient is exactly 0, as TRL does (the weights coast on the momentum); later "
         "runs skip that update (`optim.step_without_gradient=false`, see the diagnoses).",

@@ -77,6 +77,7 @@ class DataConfig:
     n_heldout: int = opt(200, "number of held-out prompts (built-in tasks)", ge=0)
     heldout_fraction: float = opt(0.1, "fraction of a user dataset kept for held-out eval", ge=0, lt=1)
     seed: int = opt(0, "seed of task generation, splitting and data order")
+    order_seed: Optional[int] = opt(None, "seed of the training prompts' order alone (null = data.seed): runs that share a split see the prompts in different orders")
     curriculum: Optional[str] = opt(None, "prompt curriculum (difficulty_augmentation, pass_rate_filter; null = none)", registry="curriculum")
     curriculum_options: dict = opt({}, "keyword options of the curriculum")
     demonstrations: Optional[str] = opt(None, "stage sft on a built-in task without data.path: a registered demonstration writer that writes each row's completion (sql_cot: clause-level chain of thought from the gold SQL); null = the task's expert turns replayed in its environment", registry="demonstration")

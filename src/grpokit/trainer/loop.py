@@ -123,7 +123,7 @@ class Trainer:
         self.optimizer = setup.build_optimizer(self.model, cfg.optim)
         # the scheduler steps once per optimizer update: mu = num_iterations of them per training step
         self.scheduler = setup.build_scheduler(self.optimizer, cfg.optim, cfg.train.steps * cfg.algorithm.num_iterations)
-        self.sampler = PromptSampler(self.splits.train, cfg.data.seed)
+        self.sampler = PromptSampler(self.splits.train, cfg.data.seed if cfg.data.order_seed is None else cfg.data.order_seed)
         if cfg.data.curriculum:
             curriculum = get_registry("curriculum").get(cfg.data.curriculum)(**cfg.data.curriculum_options)
             if hasattr(curriculum, "bind_policy"):  # hints cut from the policy's own answer-conditioned traces

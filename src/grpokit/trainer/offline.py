@@ -161,7 +161,7 @@ class OfflineTrainer:
         self.heldout_examples = encode(tokenizer, self.splits.heldout, cfg.stage, **kw)
         self.optimizer = setup.build_optimizer(self.model, cfg.optim)
         self.scheduler = setup.build_scheduler(self.optimizer, cfg.optim, cfg.train.steps)
-        self.sampler = PromptSampler(self.train_examples, cfg.data.seed)
+        self.sampler = PromptSampler(self.train_examples, cfg.data.seed if cfg.data.order_seed is None else cfg.data.order_seed)
         self.logger = RunLogger.for_run(self.run_dir, cfg)
         self.step, self.elapsed = 0, 0.0
 
