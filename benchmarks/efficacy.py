@@ -88,17 +88,20 @@ class Task:
 PROMPT = "What is {a} {op} {b}? Answer with just the number."  # TRL's reference run's prompt
 
 
-def arithmetic(digits, operators=("+", "-", "*")) -> dict:
+def arithmetic(digits, operators=("+", "-", "*"), n_train: int = 55) -> dict:
     return {"task": "arithmetic", "task_options": {"operators": list(operators), "digits": digits, "nonnegative": True,
                                                    "template": PROMPT},
-            "n_train": 55, "n_heldout": 200, "seed": 0, "system_prompt": None}
+            "n_train": n_train, "n_heldout": 200, "seed": 0, "system_prompt": None}
 
 
 TASKS = {
     "demo": Task("demo", "single-digit + - * (a >= b for -), all 255 problems: 55 train / 200 held out (TRL's reference task)",
                  arithmetic(1)),
-    # chosen by --probe: the base model must score 15-50% held out (issue 28)
-    "hard": Task("hard", "operands of one or two digits, + - *: 55 train / 200 held out", arithmetic([1, 2])),
+    # chosen by --probe: the base model must score 15-50% held out (issue 28). 1000 training problems, so that a
+    # 10-minute run never repeats one: with the demo's 55, GRPO memorised them by minute 3 (training reward ~0.9,
+    # held out flat at ~45%; docs/efficacy.md, "The hard task's training set"). The held-out 200 and the first
+    # 55 training problems are the same either way (the held-out stream is drawn first).
+    "hard": Task("hard", "operands of one or two digits, + - *: 1000 train / 200 held out", arithmetic([1, 2], n_train=1000)),
 }
 PROBE_TASKS = {
     **TASKS,
