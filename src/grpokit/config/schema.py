@@ -301,7 +301,7 @@ class OptimConfig:
     warmup_steps: int = opt(0, "linear warmup, in optimizer updates (algorithm.num_iterations per training step)", ge=0)
     schedule: str = opt("constant", "learning-rate schedule after warmup, over train.steps x algorithm.num_iterations updates", choices=["constant", "cosine", "linear"])
     max_grad_norm: float = opt(1.0, "gradient clipping norm (0 = off)", ge=0)
-    step_without_gradient: bool = opt(False, "apply an optimizer update on a batch whose gradient is exactly 0 (every advantage 0 under a loss with zero_advantage_zero_gradient, beta = 0, no entropy or distillation term): AdamW then moves the weights along its momentum alone, about 10 more updates' worth of the last direction at betas 0.9 / 0.99; true steps anyway, as TRL and verl do")
+    step_without_gradient: bool = opt(False, "apply an optimizer update whose gradient is exactly 0 (a batch whose every advantage is 0 under a loss with zero_advantage_zero_gradient, beta = 0, no entropy or distillation term; or any update whose global gradient norm is 0, e.g. every token clipped): AdamW then moves the weights along its momentum alone, about 10 more updates' worth of the last direction at betas 0.9 / 0.99; true steps anyway, as TRL and verl do")
 
 
 @dataclass
