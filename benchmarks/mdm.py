@@ -84,7 +84,7 @@ def task_sets(task: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", default="mdm_sort", help="mdm_reverse, mdm_sort, mdm_add, mdm_countdown, or auto: the one "
-                   "whose starting held-out success is nearest 50% (probed first)")
+                   "whose starting held-out success is nearest 50%% (probed first)")
     p.add_argument("--methods", default="espo,stand_in", help=f"comma-separated, of {', '.join(PRESETS)}")
     p.add_argument("--minutes", type=float, default=8.0, help="training wall clock per method")
     p.add_argument("--model", default="tiny-mdm")
