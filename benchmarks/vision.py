@@ -65,7 +65,7 @@ def efficacy_block(rows: dict[str, list[dict]], budget: str, seeds: int, caption
         title, task = "", ("The `vision_qa` task (colour / count / shape of shapes in 56 px images: every answer depends on "
                            "the image)")
     else:
-        title = f", a misleading caption (`--caption {caption[0]:g},{caption[1]:g}`)"
+        title = ", a misleading caption"
         task = (f"The `vision_qa` task with a caption before each question (\"Hint: two red circle.\"), whose word for the "
                 f"asked attribute is true on {caption[0]:.0%} of the training rows and {caption[1]:.0%} of the held-out "
                 "rows: a text shortcut that pays in training and fails held out, so held-out accuracy measures perception")
