@@ -227,15 +227,15 @@ def plot_diagnostics(runs_by_method: dict[str, list[dict]], labels: dict[str, st
     return True
 
 
-def plot_task(task: str, runs_by_method: dict[str, list[dict]], methods: list, folder: Path) -> list[str]:
-    """Every PNG of one task under ``folder``; the paths written."""
+def plot_task(task: str, runs_by_method: dict[str, list[dict]], methods: list, folder: Path, suffix: str = "") -> list[str]:
+    """Every PNG of one task under ``folder`` (``<task>_<kind><suffix>.png``); the paths written."""
     labels = {m.name: m.label for m in methods}
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for suffix, draw in (("grpo_vs_trl", lambda p: plot_grpo_vs_trl(runs_by_method, labels, p)),
-                         ("methods", lambda p: plot_methods(runs_by_method, methods, p)),
-                         ("diagnostics", lambda p: plot_diagnostics(runs_by_method, labels, p))):
-        path = folder / f"{task}_{suffix}.png"
+    for kind, draw in (("grpo_vs_trl", lambda p: plot_grpo_vs_trl(runs_by_method, labels, p)),
+                       ("methods", lambda p: plot_methods(runs_by_method, methods, p)),
+                       ("diagnostics", lambda p: plot_diagnostics(runs_by_method, labels, p))):
+        path = folder / f"{task}_{kind}{suffix}.png"
         if draw(path):
             written.append(str(path))
     return written

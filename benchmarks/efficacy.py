@@ -324,7 +324,7 @@ def ran_on_note(plan: study.Plan, results: dict) -> str:
             + ": read `git diff` for what the pinned comparison assumes does not matter.")
 
 
-def report(plan: study.Plan, out: Path) -> tuple[float, str]:
+def report(plan: study.Plan, out: Path, into_kept: str | None = None) -> tuple[float, str]:
     """Write ``out/efficacy.md`` and ``out/efficacy/*.png`` from the cache; GRPO vs TRL's time ratio on the demo task.
 
     The other tasks' ratios (and whether grpokit stays at or above TRL after reaching its accuracy) are printed first.
@@ -343,10 +343,22 @@ def report(plan: study.Plan, out: Path) -> tuple[float, str]:
     ] + settings_lines(plan, results)
     sections = []
     for task in TASKS.values():
-        figures = rep.plot_task(task.name, results.get(task.name, {}), methods, out / "efficacy")
+        if into_kept and task.name not in plan.tasks:
+            continue
+        figures = rep.plot_task(task.name, results.get(task.name, {}), methods, out / "efficacy", suffix=f"_{plan.version}" if into_kept else "")
         sections.append(rep.task_section(task, results.get(task.name, {}), methods, figures))
     out.mkdir(parents=True, exist_ok=True)
-    rep.write_markdown(out / "efficacy.md", header, sections, not_run)
+    if into_kept:  # this version's tasks beside the report's own version: one kept section, the rest stays
+        lines = [f"## Study at code `{plan.version}`, {plan.budget_min:g} training minutes per run "
+                 f"(`python benchmarks/efficacy.py --report-only --code-version {plan.version} --budget-min {plan.budget_min:g} "
+                 f"--tasks {','.join(plan.tasks)} --into-kept {into_kept}`)", ""]
+        for line in header[2:] + [line for section in sections for line in section]:
+            lines.append("#" + line if line.startswith("#") else line)  # one heading level down, under the title
+        if not_run:
+            lines += ["### Rows not run at this code version", ""] + [f"- `{n}`: {w}" for n, w in sorted(not_run.items())]
+        rep.write_kept(out / "efficacy.md", into_kept, lines)
+    else:
+        rep.write_markdown(out / "efficacy.md", header, sections, not_run)
     for name in TASKS:
         if name != "demo" and results.get(name):
             ratio, why = st.time_to_trl_accuracy_ratio(results[name].get("grpo", []), results[name].get("trl", []))
@@ -369,6 +381,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--code-version", help="cache results under this version instead of the checkout's commit (+ source hash)")
     p.add_argument("--timeout-min", type=float, help="minutes a run may take in all (default 3 x budget + 15; dry run 3)")
     p.add_argument("--report-only", action="store_true", help="regenerate the report from the cache, run nothing")
+    p.add_argument("--into-kept", metavar="NAME",
+                   help="write this version's --tasks into the existing report as its kept section NAME (figures suffixed "
+                        "with the version), leaving the report's own version and other sections as they are")
     p.add_argument("--probe", action="store_true", help="print the base model's held-out accuracy on the candidate tasks")
     p.add_argument("--dry-run", action="store_true", help="tiny random model and sizes, seconds per run, same code path")
     p.add_argument("--_child", help=argparse.SUPPRESS)
@@ -415,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not a.report_only:
         study.run_study(plan)
-    ratio, why = report(plan, out)
+    ratio, why = report(plan, out, a.into_kept)
     print(f"report: {out / 'efficacy.md'}")
     print(why)
     print(f"time_to_trl_accuracy_ratio={ratio:.3f}" if ratio == ratio else "time_to_trl_accuracy_ratio=nan")

@@ -202,6 +202,16 @@ def test_dry_run_study_trains_caches_resumes_and_reports(tmp_path):
     assert "**DAPO** (DAPO: An Open-Source LLM Reinforcement Learning System at Scale, arXiv 2503.14476)" in text
     for name in ("demo_grpo_vs_trl.png", "demo_methods.png", "demo_diagnostics.png"):
         assert (tmp_path / "docs" / "efficacy" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    # --into-kept: this version's tasks as one kept section beside the report's own, which stays as it was
+    study(tmp_path, "--report-only", "--into-kept", "study_test")
+    merged = doc.read_text()
+    assert merged.startswith(text.rstrip("\n")) and "<!-- kept:start:study_test -->" in merged
+    kept = merged[merged.index("<!-- kept:start:study_test -->"):]
+    assert "## Study at code `test`, 5 training minutes per run" in kept and "\n### Task `demo`" in kept and "\n## Task" not in kept
+    assert "| GRPO | 1 |" in kept and "(efficacy/demo_grpo_vs_trl_test.png)" in kept
+    assert (tmp_path / "docs" / "efficacy" / "demo_grpo_vs_trl_test.png").is_file()
+    study(tmp_path, "--report-only")  # a regenerated report keeps it
+    assert "<!-- kept:start:study_test -->" in doc.read_text()
 
 
 def test_regenerating_the_report_keeps_the_sections_other_benchmarks_wrote(tmp_path):
