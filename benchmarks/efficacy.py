@@ -324,6 +324,16 @@ def ran_on_note(plan: study.Plan, results: dict) -> str:
             + ": read `git diff` for what the pinned comparison assumes does not matter.")
 
 
+def pending(plan: study.Plan, results: dict, seeds: int = 3) -> list[str]:
+    """Lines naming, per task of the plan, the rows with fewer than ``seeds`` cached seeds at this version (still to run)."""
+    lines = []
+    for task in plan.tasks:
+        short = [f"`{m}` {len(results.get(task, {}).get(m, []))}" for m in METHODS if len(results.get(task, {}).get(m, [])) < seeds]
+        if short:
+            lines.append(f"- `{task}`: {', '.join(short)} (of {seeds} seeds; the study resumes where it stopped)")
+    return lines
+
+
 def report(plan: study.Plan, out: Path, into_kept: str | None = None) -> tuple[float, str]:
     """Write ``out/efficacy.md`` and ``out/efficacy/*.png`` from the cache; GRPO vs TRL's time ratio on the demo task.
 
@@ -355,7 +365,9 @@ def report(plan: study.Plan, out: Path, into_kept: str | None = None) -> tuple[f
         for line in header[2:] + [line for section in sections for line in section]:
             lines.append("#" + line if line.startswith("#") else line)  # one heading level down, under the title
         if not_run:
-            lines += ["### Rows not run at this code version", ""] + [f"- `{n}`: {w}" for n, w in sorted(not_run.items())]
+            lines += ["### Rows not run at this code version", ""] + [f"- `{n}`: {w}" for n, w in sorted(not_run.items())] + [""]
+        if pending(plan, results):
+            lines += ["### Rows still to run", ""] + pending(plan, results)
         rep.write_kept(out / "efficacy.md", into_kept, lines)
     else:
         rep.write_markdown(out / "efficacy.md", header, sections, not_run)

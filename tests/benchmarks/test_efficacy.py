@@ -210,6 +210,7 @@ def test_dry_run_study_trains_caches_resumes_and_reports(tmp_path):
     assert "## Study at code `test`, 5 training minutes per run" in kept and "\n### Task `demo`" in kept and "\n## Task" not in kept
     assert "| GRPO | 1 |" in kept and "(efficacy/demo_grpo_vs_trl_test.png)" in kept
     assert (tmp_path / "docs" / "efficacy" / "demo_grpo_vs_trl_test.png").is_file()
+    assert "### Rows still to run" in kept and "`grpo` 1, `trl` " in kept and "`dapo` 0" in kept  # 1 of 3 seeds run
     study(tmp_path, "--report-only")  # a regenerated report keeps it
     assert "<!-- kept:start:study_test -->" in doc.read_text()
 
