@@ -295,7 +295,7 @@ def settings_lines(plan: study.Plan, results: dict | None = None) -> list[str]:
         "per batch, group-std advantages. Every other row sets only its algorithm (its preset plus the overrides in "
         "`benchmarks/efficacy.py`); CISPO and SAPO reuse each batch for 2 updates, since with one their gradient is GRPO's "
         "[inferred]. KDRL's teacher is a GRPO run of the same budget (seed 1000), not counted in KDRL's minutes. TTRL and "
-        "SPINE train without labels on the 55 training prompts (not on the held-out ones, as test-time RL would).",
+        "SPINE train without labels on the task's training prompts (not on the held-out ones, as test-time RL would).",
         "- Still different between grpokit and TRL: the warm-up shape (grpokit lr x 1/3, 2/3 on steps 1-2; TRL's "
         "`constant_with_warmup` x 0, 1/2), each library's prompt order (both vary with the seed: grpokit's `data.order_seed` = the seed since "
         "2026-12-05, before which grpokit's seeds varied sampling only; seed 0 is the same order either way), sampling code (grpokit's decode loop vs `transformers.generate`), and grpokit "
