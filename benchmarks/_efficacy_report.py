@@ -99,7 +99,7 @@ def task_section(task: Any, runs_by_method: dict[str, list[dict]], methods: list
     labels = {m.name: m.label for m in methods}
     out = [f"## Task `{task.name}`: {task.about}", ""]
     if not runs_by_method:
-        return out + ["No runs cached for this task yet.", ""]
+        return out + ["No runs cached for this task at this code version and budget (a study at another one may be in a section below).", ""]
     out += table(runs_by_method, methods) + ["", "### GRPO (grpokit) and TRL's GRPOTrainer, same task and budget", ""]
     out += grpo_vs_trl(runs_by_method)
     out += [f"![{Path(f).stem}](efficacy/{Path(f).name})" for f in figures] + ["", "### Each paper's claim", ""]
