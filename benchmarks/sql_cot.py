@@ -107,13 +107,19 @@ def main(argv: list[str] | None = None) -> int:
     grpo, sft, sft_grpo = out / "grpo", Path(a.sft_dir) if a.sft_dir else out / "sft", out / "sft_grpo"
     grpo_min = a.minutes - a.sft_minutes
     wall, acc, n, nq = {}, {}, {}, a.heldout
+
+    def grpo_stage(key: str, start: str | Path, folder: Path, minutes: float) -> tuple[float, float]:
+        """A GRPO stage from ``start`` into ``folder``: (held-out accuracy before, after); its wall time and steps recorded."""
+        nonlocal nq
+        wall[key] = train(["--preset", "sql_after_cot", *sets(*limit, *a.grpo_set, f"model.name={start}",
+                                                               f"logging.output_dir={folder}", "train.steps=100000",
+                                                               f"train.max_minutes={minutes}")])
+        evals = heldout(folder)
+        n[key], nq = steps(folder), int(evals[0].get("n", nq))
+        return evals[0]["accuracy"], evals[-1]["accuracy"]
+
     if "grpo" in arms:
-        wall["grpo"] = train(["--preset", "sql_after_cot", *sets(*limit, *a.grpo_set, f"model.name={model}",
-                                                                  f"logging.output_dir={grpo}", "train.steps=100000",
-                                                                  f"train.max_minutes={a.minutes}")])
-        evals = heldout(grpo)
-        acc["base"], acc["grpo"], n["grpo"] = evals[0]["accuracy"], evals[-1]["accuracy"], steps(grpo)
-        nq = int(evals[0].get("n", nq))
+        acc["base"], acc["grpo"] = grpo_stage("grpo", model, grpo, a.minutes)
     if "sft" in arms and not a.sft_dir:
         wall["sft"] = train(["--preset", "sql_cot_sft", *sets(f"model.name={model}", f"logging.output_dir={sft}",
                                                                 "train.steps=100000", f"train.max_minutes={a.sft_minutes}",
@@ -124,12 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         if sft_evals:
             acc["sft"] = sft_evals[-1]["accuracy"]
     if "sft_grpo" in arms:
-        wall["sft_grpo"] = train(["--preset", "sql_after_cot", *sets(*limit, *a.grpo_set, f"model.name={sft}",
-                                                                      f"logging.output_dir={sft_grpo}", "train.steps=100000",
-                                                                      f"train.max_minutes={grpo_min}")])
-        evals = heldout(sft_grpo)
-        acc["sft"], acc["sft_grpo"], n["sft_grpo"] = evals[0]["accuracy"], evals[-1]["accuracy"], steps(sft_grpo)
-        nq = int(evals[0].get("n", nq))
+        acc["sft"], acc["sft_grpo"] = grpo_stage("sft_grpo", sft, sft_grpo, grpo_min)
     reused = f" (reused {a.sft_dir})" if a.sft_dir else ""
     print(f"| held-out execution accuracy ({nq} questions, greedy) | accuracy | steps | wall s |")
     print("|---|---|---|---|")
