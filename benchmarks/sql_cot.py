@@ -91,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--arms: choose from grpo,sft,sft_grpo (got {a.arms!r})")
     if "sft_grpo" in arms and "sft" not in arms and not a.sft_dir:
         p.error("--arms sft_grpo needs the sft arm or --sft-dir (the model it starts from)")
+    if a.sft_dir and "sft_grpo" not in arms:
+        p.error("--sft-dir is the start of arm sft_grpo, which --arms leaves out: add sft_grpo or drop --sft-dir")
+    if a.grpo_set and not {"grpo", "sft_grpo"} & set(arms):
+        p.error("--grpo-set overrides the GRPO stages, which --arms leaves out: add grpo or sft_grpo, or drop --grpo-set")
     if not 0 < a.sft_minutes < a.minutes:
         p.error("--sft-minutes must be > 0 and below --minutes (arm b needs time for GRPO too)")
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="sql-cot-"))

@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="vision-"))
     studies = a.only or ["grpo", "papo", "video"]
+    if a.caption and "papo" not in studies:
+        p.error("--caption sets the papo study's task, which --only leaves out: add --only papo or drop --caption")
     common = ["logging.progress=false"] + ([f"model.name={a.model}"] if a.model else [])
     if a.dry_run:
         from grpokit.families.vision_lm.tiny_qwen2vl import save_tiny_qwen2vl

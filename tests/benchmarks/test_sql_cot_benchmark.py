@@ -30,3 +30,14 @@ def test_grpo_after_sft_takes_its_overrides_and_reuses_an_sft_run(tmp_path):
     # a second variant from the same SFT model: no SFT stage is trained again
     out = run("--arms", "sft_grpo", "--sft-dir", str(tmp_path / "a" / "sft"), "--out", str(tmp_path / "b"), *overrides)
     assert f"(reused {tmp_path / 'a' / 'sft'})" in out and not (tmp_path / "b" / "sft").exists(), out
+
+
+def test_options_that_would_change_nothing_are_refused():
+    for args, field in ((["--arms", "sft", "--grpo-set", "optim.lr=1e-6"], "--grpo-set"),
+                        (["--arms", "grpo", "--sft-dir", "somewhere"], "--sft-dir")):
+        proc = subprocess.run([sys.executable, "benchmarks/sql_cot.py", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+        assert proc.returncode == 2 and field in proc.stderr, proc.stderr
+    proc = subprocess.run([sys.executable, "benchmarks/vision.py", "--only", "grpo", "--caption", "0.8,0"], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 2 and "--caption" in proc.stderr, proc.stderr
