@@ -21,6 +21,17 @@ def test_batch_arguments_map_to_prompts_per_step_micro_batches_and_steps():
     assert cfg.logging.output_dir == "out" and cfg.algorithm.std_eps == 1e-4  # TRL divides by std + 1e-4
 
 
+def test_steps_per_generation_splits_one_generation_into_whole_group_optimizer_steps():
+    # 8 x 4 = 32 completions per generation = 8 prompts of G=4; optimizer steps of 8 x 1 = 8 completions: 4 per generation
+    args = GRPOConfig(per_device_train_batch_size=8, num_generations=4, steps_per_generation=4, max_steps=16, num_iterations=2)
+    cfg = args.to_native(n_rows=10)
+    assert (cfg.rollout.prompts_per_step, cfg.train.micro_batch_size, cfg.algorithm.mini_batches) == (8, 8, 4)
+    assert cfg.train.steps == 2 and cfg.algorithm.updates_per_batch == 8  # 16 optimizer steps / (mu 2 x 4 mini-batches)
+    assert GRPOConfig(per_device_train_batch_size=4, num_generations=2, generation_batch_size=12).to_native(4).algorithm.mini_batches == 3
+    with pytest.raises(UnsupportedArgument, match="max_steps=6"):  # not a whole number of generations
+        GRPOConfig(per_device_train_batch_size=8, num_generations=4, steps_per_generation=4, max_steps=6)
+
+
 def test_epochs_count_prompts_per_step():
     # TRL's defaults: 8 completions per step, G = 8 -> 1 prompt per step; 3 epochs of 10 rows = 30 steps
     assert GRPOConfig().to_native(n_rows=10).train.steps == 30
@@ -44,7 +55,8 @@ def test_loss_types_pick_the_aggregation(loss_type, aggregation):
     (dict(shuffle_dataset=False), "shuffle_dataset=False"),
     (dict(report_to="mlflow"), "report_to=['mlflow']"),
     (dict(per_device_train_batch_size=6, num_generations=4), "num_generations=4"),
-    (dict(steps_per_generation=4), "steps_per_generation=4"),
+    (dict(steps_per_generation=3, gradient_accumulation_steps=2), "steps_per_generation=3"),  # 1.5 optimizer steps
+    (dict(per_device_train_batch_size=4, steps_per_generation=4), "steps_per_generation=4"),  # 4-row steps, groups of 8
     (dict(model_init_kwargs={"attn_implementation": "sdpa"}), "model_init_kwargs="),
     (dict(importance_sampling_level="sequence"), "importance_sampling_level='sequence'"),  # with TRL's default loss_type dapo
 ])

@@ -11,12 +11,18 @@ TRL argument (TRL 1.16 default)    grpokit field / what it does here
 =================================  ==========================================================
 output_dir (None: trainer_output)  logging.output_dir (metrics.jsonl, checkpoints/step-N)
 num_generations (8)                rollout.group_size (G)
-per_device_train_batch_size (8),   one optimizer step = one generation batch of
-gradient_accumulation_steps (1),   per_device x accumulation completions, as TRL's default
-generation_batch_size,             ``steps_per_generation = gradient_accumulation_steps``:
-steps_per_generation               rollout.prompts_per_step = that / G, train.micro_batch_size
-                                   = per_device; any other generation batch is refused
-max_steps (-1), num_train_epochs   train.steps = max_steps / num_iterations, or
+per_device_train_batch_size (8),   one optimizer step = per_device x accumulation completions
+gradient_accumulation_steps (1),   (micro-batches of per_device)
+generation_batch_size,             one generation = generation_batch_size (default per_device x
+steps_per_generation               steps_per_generation, itself default accumulation) completions:
+                                   rollout.prompts_per_step = that / G, train.micro_batch_size
+                                   = per_device, algorithm.mini_batches = generation / (per_device
+                                   x accumulation) optimizer steps per generation; grpokit's
+                                   mini-batches are whole groups (TRL shuffles rows), so with
+                                   more than one, per_device x accumulation must be a multiple
+                                   of G; dapo then normalises each optimizer step by its own
+                                   tokens (verl's token-mean), TRL by the generation's / steps
+max_steps (-1), num_train_epochs   train.steps = max_steps / (num_iterations x mini-batches), or
 (3.0)                              ceil(epochs x rows / prompts_per_step)
 learning_rate (1e-6), weight_decay optim.lr, optim.weight_decay, optim.betas, optim.max_grad_norm
 (0), adam_beta1/2 (0.9, 0.999),    (AdamW, eps 1e-8 as TRL's ``adamw_torch_fused``)
@@ -106,8 +112,8 @@ class GRPOConfig:
     per_device_train_batch_size: int = arg(8, "completions per micro-batch")
     gradient_accumulation_steps: int = arg(1, "micro-batches per optimizer step")
     num_generations: int = arg(8, "G: completions per prompt")
-    generation_batch_size: Optional[int] = arg(None, "completions per generation (must be per_device x accumulation)")
-    steps_per_generation: Optional[int] = arg(None, "micro-batches per generation (must be gradient_accumulation_steps)")
+    generation_batch_size: Optional[int] = arg(None, "completions per generation (a multiple of per_device x accumulation)")
+    steps_per_generation: Optional[int] = arg(None, "micro-batches per generation (a multiple of gradient_accumulation_steps)")
     num_train_epochs: float = arg(3.0, "passes over train_dataset when max_steps <= 0")
     max_steps: int = arg(-1, "optimizer steps (> 0 overrides num_train_epochs)")
     learning_rate: float = arg(1e-6, "AdamW learning rate (TRL's default 1e-6)")
@@ -243,26 +249,35 @@ class GRPOConfig:
         gen = self.generation_batch()
         if gen % self.num_generations:
             self.refuse("num_generations", f"the generation batch ({gen} completions) must be a multiple of it")
-        if self.max_steps > 0 and self.max_steps % self.num_iterations:
-            self.refuse("max_steps", f"grpokit counts training steps of num_iterations={self.num_iterations} optimizer steps each: "
-                                     "give a multiple of num_iterations")
+        per_batch = self.num_iterations * self.mini_batches()
+        if self.max_steps > 0 and self.max_steps % per_batch:
+            self.refuse("max_steps", f"grpokit counts training steps of num_iterations x generation / optimizer batch = {per_batch} "
+                                     "optimizer steps each: give a multiple of it")
 
     def generation_batch(self) -> int:
-        """Completions per optimizer step; a generation batch spread over several optimizer steps is refused."""
-        per_step = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        """Completions per generation: ``generation_batch_size``, else per_device x steps_per_generation (default accumulation)."""
         spg = self.steps_per_generation
-        gen = self.generation_batch_size or self.per_device_train_batch_size * (spg or self.gradient_accumulation_steps)
-        if gen != per_step:
-            name = "generation_batch_size" if self.generation_batch_size else "steps_per_generation"
-            self.refuse(name, "grpokit takes one optimizer step per generation batch: it must be per_device_train_batch_size "
-                              "x gradient_accumulation_steps completions")
-        return gen
+        return self.generation_batch_size or self.per_device_train_batch_size * (spg or self.gradient_accumulation_steps)
+
+    def mini_batches(self) -> int:
+        """Optimizer steps per generation (``algorithm.mini_batches``): the generation over per_device x accumulation."""
+        per_step = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        gen = self.generation_batch()
+        name = "generation_batch_size" if self.generation_batch_size else "steps_per_generation"
+        if gen % per_step:
+            self.refuse(name, f"a generation of {gen} completions must be a whole number of optimizer batches of "
+                              f"per_device_train_batch_size x gradient_accumulation_steps = {per_step}")
+        if gen > per_step and per_step % self.num_generations:
+            self.refuse(name, f"grpokit's mini-batches are whole groups: with several optimizer steps per generation, "
+                              f"per_device_train_batch_size x gradient_accumulation_steps ({per_step}) must be a multiple of "
+                              f"num_generations ({self.num_generations})")
+        return gen // per_step
 
     # ------------------------------------------------------------------ mapping
     def trl_overrides(self, n_rows: Optional[int]) -> dict:
         """The native config keys (dotted) these TRL arguments set; only the given ones when ``grpokit`` is a Config."""
         prompts = self.generation_batch() // self.num_generations
-        mu = self.num_iterations
+        mu = self.num_iterations * self.mini_batches()  # optimizer steps per grpokit step
         if self.max_steps > 0:
             steps = self.max_steps // mu
         else:
@@ -274,7 +289,8 @@ class GRPOConfig:
         by_arg = {
             "output_dir": {"logging.output_dir": self.output_dir or "trainer_output"},
             "num_generations": {"rollout.group_size": self.num_generations},
-            "per_device_train_batch_size": {"rollout.prompts_per_step": prompts, "train.micro_batch_size": self.per_device_train_batch_size},
+            "per_device_train_batch_size": {"rollout.prompts_per_step": prompts, "train.micro_batch_size": self.per_device_train_batch_size,
+                                            "algorithm.mini_batches": self.mini_batches()},
             "max_steps": {"train.steps": steps},
             "learning_rate": {"optim.lr": self.learning_rate},
             "weight_decay": {"optim.weight_decay": self.weight_decay},
@@ -286,7 +302,7 @@ class GRPOConfig:
             "top_p": {"rollout.top_p": self.top_p},
             "top_k": {"rollout.top_k": self.top_k},
             "beta": {"algorithm.beta": self.beta, "algorithm.kl": "k3"},
-            "num_iterations": {"algorithm.num_iterations": mu},
+            "num_iterations": {"algorithm.num_iterations": self.num_iterations},
             "epsilon": {"algorithm.epsilon_low": self.epsilon, "algorithm.epsilon_high": self.epsilon_high if self.epsilon_high is not None else self.epsilon},
             "importance_sampling_level": {"algorithm.ratio": self.importance_sampling_level},
             "loss_type": {"algorithm.loss": "ppo_clip", "algorithm.aggregation": LOSS_TYPES[self.loss_type]},

@@ -27,7 +27,7 @@ Methods: ``train(resume_from_checkpoint=None)`` (a ``TrainOutput``), ``evaluate(
 ``eval_reward`` ... on ``eval_dataset``), ``save_model(dir)`` (a folder ``from_pretrained`` loads),
 ``state.log_history`` (TRL's metric names, :data:`TRL_NAMES`), and ``.native`` (the grpokit
 Trainer: its policy, config and checkpoints). Step counts are TRL's: ``state.global_step``
-counts optimizer steps, ``num_iterations`` per grpokit step.
+counts optimizer steps, ``num_iterations`` x mini-batches (``steps_per_generation`` / accumulation) per grpokit step.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ class GRPOTrainer:
                     module.attention_dropout = 0.0
         self.model, self.processing_class = self.native.model, self.native.tokenizer
         self.reward_func_names = [r.name for r in self.native.rewards]
-        self.state.max_steps = cfg.train.steps * cfg.algorithm.num_iterations
+        self.state.max_steps = cfg.train.steps * cfg.algorithm.updates_per_batch
         self.state.num_train_epochs = self.args.num_train_epochs
         self.state.logging_steps, self.state.save_steps = self.args.logging_steps, self.args.save_steps
         self.callbacks = [cb() if isinstance(cb, type) else cb for cb in callbacks or []]
@@ -291,7 +291,7 @@ class GRPOTrainer:
 
         if kwargs:
             raise TypeError(f"GRPOTrainer.train() got an unexpected keyword argument '{next(iter(kwargs))}'")
-        t, a, mu = self.native, self.args, self.native.cfg.algorithm.num_iterations
+        t, a, mu = self.native, self.args, self.native.cfg.algorithm.updates_per_batch
         if resume_from_checkpoint:
             self._resume(resume_from_checkpoint)
         elif t.step == 0 and t.learners.is_main:  # a fresh run: as the native train(), it replaces an earlier run's logs
@@ -335,7 +335,7 @@ class GRPOTrainer:
 
     def _after_step(self, window: list, last: bool) -> None:
         """TRL's DefaultFlowCallback: log every logging_steps, evaluate every eval_steps, save every save_steps and at the end."""
-        a, step, mu = self.args, self.state.global_step, self.native.cfg.algorithm.num_iterations
+        a, step, mu = self.args, self.state.global_step, self.native.cfg.algorithm.updates_per_batch
         crossed = lambda every: step // int(every) > (step - mu) // int(every)  # noqa: E731 - mu optimizer steps per grpokit step
         log_now = a.logging_strategy == "steps" and (crossed(a.logging_steps) or (a.logging_first_step and step == mu))
         if log_now and window:

@@ -196,7 +196,7 @@ class AlgorithmConfig:
     aggregation: str = opt("seq_mean_token_mean", "how token losses become one number", registry="aggregation")
     kl: str = opt("k3", "KL estimator against the reference model", registry="kl")
     plan_delimiter: Optional[str] = opt(None, "TS-GRPO: completion tokens up to and including this text form the planning span (null = none)")
-    ref_sync_every: int = opt(0, "humanline syncing: after every N-th optimizer update (mu updates per batch count mu times) the reference gets the weights from before that update (0 = never)", ge=0)
+    ref_sync_every: int = opt(0, "humanline syncing: after every N-th optimizer update (the mu x mini_batches updates of a batch count one by one) the reference gets the weights from before that update (0 = never)", ge=0)
     entropy_band_coef: float = opt(0.0, "SPINE entropy-band regulariser on the selected tokens (0 = off)", ge=0)
     entropy_band_quantiles: list = opt([0.1, 0.5], "SPINE band: per-row entropy quantiles [low, high] of the selected tokens")
     entropy_coef: float = opt(0.0, "entropy bonus: subtract coef * token entropy from the loss", ge=0)
@@ -209,11 +209,17 @@ class AlgorithmConfig:
         also=("auto",),
     )
     correction_options: dict = opt({}, "keyword options of the correction (e.g. cap)")
-    num_iterations: int = opt(1, "mu: optimizer steps per rollout batch (old log-probs reused)", ge=1)
+    num_iterations: int = opt(1, "mu: passes over each rollout batch (old log-probs reused); each pass takes algorithm.mini_batches optimizer updates", ge=1)
+    mini_batches: int = opt(1, "optimizer updates per pass over a rollout batch: its groups, in a seeded random order fixed for the step, are cut into this many mini-batches of whole groups, each normalised on its own and clipped against the pre-update (sampling) policy; TRL's steps_per_generation / gradient_accumulation_steps, verl's train_batch_size / ppo_mini_batch_size", ge=1)
     mask_truncated: bool = opt(False, "exclude completions that hit max_new_tokens from the loss")
     dynamic_sampling: bool = opt(False, "DAPO: drop groups whose outcome reward (the eval.accuracy_reward judge, before length shaping) is the same for every completion and sample more prompts to refill the batch")
     max_sampling_rounds: int = opt(4, "dynamic sampling: at most this many generation rounds per step; when they run out the step trains on the informative groups found, and with none it takes no optimizer update (dynamic_sampling/exhausted = 1)", ge=1)
     overlong_cache: int = opt(0, "DAPO soft overlong punishment: penalty ramps over the last N tokens of max_new_tokens (0 = off)", ge=0)
+
+    @property
+    def updates_per_batch(self) -> int:
+        """Optimizer updates one rollout batch takes: mu passes x ``mini_batches`` updates each."""
+        return self.num_iterations * self.mini_batches
 
 
 @dataclass
@@ -298,8 +304,8 @@ class OptimConfig:
     lr: float = opt(1e-5, "peak learning rate", gt=0)
     weight_decay: float = opt(0.0, "AdamW weight decay", ge=0)
     betas: list = opt([0.9, 0.99], "AdamW betas")
-    warmup_steps: int = opt(0, "linear warmup, in optimizer updates (algorithm.num_iterations per training step)", ge=0)
-    schedule: str = opt("constant", "learning-rate schedule after warmup, over train.steps x algorithm.num_iterations updates", choices=["constant", "cosine", "linear"])
+    warmup_steps: int = opt(0, "linear warmup, in optimizer updates (algorithm.num_iterations x algorithm.mini_batches per training step)", ge=0)
+    schedule: str = opt("constant", "learning-rate schedule after warmup, over train.steps x algorithm.num_iterations x algorithm.mini_batches updates", choices=["constant", "cosine", "linear"])
     max_grad_norm: float = opt(1.0, "gradient clipping norm (0 = off)", ge=0)
     step_without_gradient: bool = opt(False, "apply an optimizer update whose gradient is exactly 0 (a batch whose every advantage is 0 under a loss with zero_advantage_zero_gradient, beta = 0, no entropy or distillation term; or any update whose global gradient norm is 0, e.g. every token clipped): AdamW then moves the weights along its momentum alone, about 10 more updates' worth of the last direction at betas 0.9 / 0.99; true steps anyway, as TRL and verl do")
 

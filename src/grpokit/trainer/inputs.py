@@ -205,11 +205,29 @@ def check_run(cfg: Config) -> None:
         problem = config_problem(cfg)
         if problem is not None:
             raise RunContractError(problem)
+    problem = mini_batch_problem(cfg)
+    if problem is not None:
+        raise RunContractError(problem)
     if get_registry("loss").spec(cfg.algorithm.loss).groupwise and cfg.train.micro_batch_size % cfg.rollout.group_size:
         raise RunContractError(
             f"algorithm.loss '{cfg.algorithm.loss}' needs whole groups per micro-batch: make train.micro_batch_size "
             f"a multiple of rollout.group_size ({cfg.rollout.group_size})"
         )
+
+
+def mini_batch_problem(cfg: Config) -> Optional[str]:
+    """The one-line error of an ``algorithm.mini_batches`` split this run cannot make; None if none."""
+    k = cfg.algorithm.mini_batches
+    if k == 1:
+        return None
+    if cfg.rollout.prompts_per_step < k:
+        return (f"algorithm.mini_batches={k} cuts a step's {cfg.rollout.prompts_per_step} groups into whole-group mini-batches: "
+                f"set rollout.prompts_per_step >= {k} or lower algorithm.mini_batches")
+    for enabled, field in ((cfg.verification.enabled, "verification.enabled"), (cfg.variational.enabled, "variational.enabled")):
+        if enabled:
+            return (f"algorithm.mini_batches={k}: {field} trains on rows normalised over the whole batch, which is not split into "
+                    "mini-batches: set algorithm.mini_batches=1")
+    return None
 
 
 def foreign_section_problem(cfg: Config, family) -> Optional[str]:

@@ -83,6 +83,25 @@ class LearnBatch:
         mask = self.mask.to(self.adv.dtype)
         return (self.adv * mask).sum(-1) / mask.sum(-1).clamp(min=1)
 
+    def select(self, rows: torch.Tensor) -> "LearnBatch":
+        """Mini-batch ``rows [b]`` (whole groups, see :func:`mini_batch_rows`): every field with those rows, same width.
+
+        Its loss is normalised on its own (token and sequence counts of the mini-batch), as one
+        optimizer update of TRL's ``steps_per_generation`` or verl's ``ppo_mini_batch_size``.
+        """
+        if self.num_seqs is not None:  # the check at load time refuses these runs
+            raise ValueError("a batch with its own sequence normaliser (self-verification rows) is not split into mini-batches")
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "rollout":
+                out[f.name] = value.select(rows)
+            elif f.name in PER_UNIT or f.name in PER_ROW:
+                out[f.name] = None if value is None else value[rows]
+            else:
+                out[f.name] = value
+        return LearnBatch(**out)
+
     def micro(self, rows: torch.Tensor, units: int) -> dict[str, Optional[torch.Tensor]]:
         """The fields of micro-batch ``rows``, per-unit ones cut to ``units`` columns (None stays None)."""
         out: dict[str, Optional[torch.Tensor]] = {}
@@ -95,3 +114,18 @@ class LearnBatch:
             elif f.name in SCALAR:
                 out[f.name] = value
         return out
+
+
+def mini_batch_rows(group_ids: torch.Tensor, k: int, seed: int) -> list[torch.Tensor]:
+    """``k`` row-index tensors ``[b_i]`` of whole groups covering the batch once, for ``k`` optimizer updates.
+
+    group_ids: ``[B]`` (each group's rows adjacent). The groups are put in a random order drawn
+    from ``seed`` (on the CPU, so every rank and a resumed run draw the same) and cut into ``k``
+    runs of near-equal group counts (``torch.tensor_split``: the first ``G mod k`` runs take one
+    more); each run's rows keep their batch order, so its groups stay adjacent. With fewer
+    groups than ``k`` the last runs are empty. Whole groups, because group-wise losses (DisCO)
+    compare a group's rows inside one loss call, as TRL and verl split whole samples.
+    """
+    labels = torch.unique(group_ids).cpu()
+    order = labels[torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))]
+    return [torch.isin(group_ids, run.to(group_ids.device)).nonzero().squeeze(-1) for run in torch.tensor_split(order, k)]

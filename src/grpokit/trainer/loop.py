@@ -1,18 +1,11 @@
 """The training loop, top to bottom: rollout -> rewards -> advantages -> learn.
 
 Departures from DeepSeekMath GRPO (arXiv 2402.03300) are all config: the advantage, loss,
-aggregation, KL estimator and off-policy correction are registry names; mu =
-``algorithm.num_iterations`` optimizer steps reuse one rollout batch (old log-probs are
-recomputed once before the first update when mu > 1, and are the detached current log-probs when
-mu = 1, where the ratio is exactly 1). The loop names no method: what a method reads is declared
-in its registration and produced by ``trainer/producers.py``; stages that reshape a step's batch
-are listed by ``setup.batch_stages`` from the config, hooks that run right before every optimizer
-update by ``setup.update_hooks``. A batch with no loss unit left (every row masked out) takes no
-optimizer update and no scheduler step. A batch whose gradient is exactly 0 (every advantage 0
-under a loss with no other term) takes updates of size 0: the update hooks and the schedule count
-them, AdamW does not step (its momentum would move the weights with no data behind it; TRL and
-verl step: ``optim.step_without_gradient``). So does any single update whose global gradient norm
-is exactly 0 (every token clipped); ``learn/updates`` counts the updates AdamW applied.
+aggregation, KL estimator and off-policy correction are registry names; how one rollout batch
+becomes optimizer updates (mu passes, mini-batches, updates of size 0) is :mod:`grpokit.trainer.updates`.
+The loop names no method: what a method reads is declared in its registration and produced by
+``trainer/producers.py``; stages that reshape a step's batch are listed by ``setup.batch_stages``
+from the config, hooks that run right before every optimizer update by ``setup.update_hooks``.
 """
 
 from __future__ import annotations
@@ -20,7 +13,6 @@ from __future__ import annotations
 import copy
 import logging
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -44,16 +36,16 @@ from grpokit.trainer.evaluation import evaluate_accuracy
 from grpokit.trainer.hint_traces import answer_conditioned_sampler
 from grpokit.trainer.inputs import RunContractError, check_data, check_run, check_tokenizer, needed_inputs, run_family
 from grpokit.trainer.learn_batch import LearnBatch
-from grpokit.trainer.learner import Objective, accumulate_gradients, rows_with_gradient
-from grpokit.trainer.memory import allocate_gradients, release_free_memory, tune_malloc
+from grpokit.trainer.learner import Objective
+from grpokit.trainer.memory import release_free_memory, tune_malloc
 from grpokit.trainer.metrics import RunLogger, reward_metrics, rollout_entropy, sample_records
-from grpokit.trainer import producers
 from grpokit.trainer.progress import StepProgress
+from grpokit.trainer.updates import UpdateSteps
 
 log = logging.getLogger(__name__)
 
 
-class Trainer:
+class Trainer(UpdateSteps):
     """Wires the stages of a run; holds no algorithm logic of its own.
 
     The native Python API (``grpokit.Trainer``; TRL's argument names: ``grpokit.GRPOTrainer``)::
@@ -121,8 +113,8 @@ class Trainer:
         self.splits.train = setup.filter_train_rows(cfg, self)  # data stages that need the initial policy
         self.learners.prepare(self.policy)  # fsdp: shard the policy now, so the optimizer holds the shards
         self.optimizer = setup.build_optimizer(self.model, cfg.optim)
-        # the scheduler steps once per optimizer update: mu = num_iterations of them per training step
-        self.scheduler = setup.build_scheduler(self.optimizer, cfg.optim, cfg.train.steps * cfg.algorithm.num_iterations)
+        # the scheduler steps once per optimizer update: mu x mini_batches of them per training step
+        self.scheduler = setup.build_scheduler(self.optimizer, cfg.optim, cfg.train.steps * cfg.algorithm.updates_per_batch)
         self.sampler = PromptSampler(self.splits.train, cfg.data.seed if cfg.data.order_seed is None else cfg.data.order_seed)
         if cfg.data.curriculum:
             curriculum = get_registry("curriculum").get(cfg.data.curriculum)(**cfg.data.curriculum_options)
@@ -230,74 +222,6 @@ class Trainer:
         lb = LearnBatch(rollout=batch, adv=adv, mask=loss_mask, rewards=rewards, behaviour_logp=batch.behaviour_logp, token_weights=weights)
         return lb, {k: float(v) for k, v in {**adv_metrics, **weight_metrics}.items()}
 
-    def _learn(self, lb: LearnBatch) -> dict[str, float]:
-        """mu optimizer steps on one batch: scored inputs (old / reference / teacher), then the objective.
-
-        A batch without a single loss unit (every row taken out of the loss, e.g. by a filter that
-        found nothing to learn from) has nothing to learn: no forward, no optimizer update, no
-        scheduler step (``learn/updates`` = 0). A batch whose gradient is exactly 0 (every advantage
-        0 under a loss with no other term) gets no optimizer update either, unless
-        ``optim.step_without_gradient``, but its updates count in the learning-rate schedule, which
-        then stays a function of the step. The step still counts towards ``train.steps``.
-        """
-        algo = self.cfg.algorithm
-        if not bool(lb.mask.any()):
-            return {"learn/updates": 0.0}
-        live = self._rows_with_gradient(lb)  # None: any row may have a gradient
-        if live is not None and not bool(live.any()) and not self.cfg.optim.step_without_gradient:
-            with warnings.catch_warnings():  # the gradient is exactly 0: AdamW would only coast. Updates of size 0:
-                warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")  # intended
-                for _ in range(algo.num_iterations):  # the hooks (a reference sync every k) and the schedule go on
-                    for hook in self.update_hooks:
-                        hook(self.context, self.updates + 1)
-                    self.scheduler.step()
-            return {"loss": 0.0, "grad_norm": 0.0, "learn/updates": 0.0, "learn/skipped_rows": 1.0}  # exactly 0 both
-        self.model.train()
-        keep = live if self.cfg.train.skip_zero_advantage and not self.learners.distributed else None
-        parts = self.learners.parts(lb.rollout, self.cfg.train.micro_batch_size, keep)  # all of it, or this rank's whole groups
-        scored = producers.scheduled(self.needs, "scored", algo.num_iterations)  # from the methods' declared inputs
-        producers.produce(scored, self.policy, lb, parts, self.learners)
-        if scored:
-            release_free_memory(self.policy.device)  # the scoring forwards' freed activations, before the learner's peak
-        schedule = self.loss_spec.option_schedule
-        if schedule is not None:
-            self.objective.loss_options.update(call_with(schedule, self.step, context=self.objective.loss_options))
-        self.objective.correction, correction_metrics = setup.correction_for(self.cfg, lb.rollout, self.step)
-        learn: dict[str, float] = {}
-        applied = 0
-        for iteration in range(algo.num_iterations):
-            if iteration > 0:
-                producers.produce(producers.scheduled(self.needs, "per_update"), self.policy, lb, parts, self.learners)
-            if not self.learners.sharded:  # FSDP gives the shards their gradients
-                allocate_gradients(list(self.policy.trainable_parameters()))
-            learn = accumulate_gradients(self.policy, parts, lb, self.objective)
-            learn = self.learners.reduce_metrics(learn, parts, lb.mask)
-            stale = [name for hook in self.update_hooks for name in hook(self.context, self.updates + 1)]  # pre-update weights
-            learn["grad_norm"] = self._optimizer_step()
-            applied += self._steps(learn["grad_norm"])
-            if stale and iteration + 1 < algo.num_iterations:  # a role moved: the batch's next update reads it anew
-                producers.produce([n for n in scored if n in stale], self.policy, lb, parts, self.learners)
-        learn["learn/updates"] = float(applied)
-        if keep is not None:
-            learn["learn/skipped_rows"] = 1.0 - float(keep.float().mean())
-        return {**learn, **correction_metrics}
-
-    def _rows_with_gradient(self, lb: LearnBatch) -> Optional[torch.Tensor]:
-        """``[B]`` rows that can have a gradient (see learner.rows_with_gradient), None when any row may."""
-        algo = self.cfg.algorithm
-        if not self.loss_spec.zero_advantage_zero_gradient:
-            return None  # only losses whose gradient is exactly 0 where the advantage is 0
-        # reference log-probs alone do not stop it: the KL term exists only with beta > 0, and a loss that reads
-        # ref_logp (humanline) has declared that its own gradient is 0 where the advantage is
-        if algo.beta > 0 or algo.entropy_coef > 0 or algo.entropy_band_coef > 0 or "teacher_logp" in self.needs:
-            return None  # a KL, entropy or distillation term has a gradient on every row
-        return rows_with_gradient(lb.adv, lb.mask, lb.token_weights)  # advantages are the same on every rank
-
-    @property
-    def updates(self) -> int:
-        """Optimizer updates applied so far: the scheduler steps once per update and is checkpointed with it."""
-        return self.scheduler.last_epoch
-
     def advantages(self, rewards: torch.Tensor, group_ids: torch.Tensor, **inputs: Any):
         """(adv [B], metrics) from the configured estimator and its options."""
         algo = self.cfg.algorithm
@@ -315,26 +239,6 @@ class Trainer:
         acc = torch.zeros(n, device=correct.device).index_add_(0, gids, correct) / torch.bincount(gids, minlength=n)
         first = [int((gids == g).nonzero()[0]) for g in range(n)]
         self.sampler.observe([batch.rows[i] for i in first], acc.tolist())
-
-    def _optimizer_step(self) -> float:
-        """The global grad norm; AdamW steps unless it is exactly 0 (an update of size 0, see the module doc).
-
-        That also catches an update whose every token was clipped (e.g. GSPO's second update at lr >> its
-        clip range), which no advantage check can see in advance.
-        """
-        clip = self.cfg.optim.max_grad_norm
-        params = list(self.policy.trainable_parameters())
-        self.learners.all_reduce_gradients(params)  # data-parallel learners: sum of the ranks' gradients
-        norm = self.learners.clip_gradients(params, clip if clip > 0 else float("inf"))  # sharded: the global norm
-        if self._steps(norm):
-            self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return norm
-
-    def _steps(self, grad_norm: float) -> bool:
-        """Whether AdamW applies an update of this global gradient norm (not on exactly 0, unless asked)."""
-        return grad_norm != 0.0 or self.cfg.optim.step_without_gradient
 
     def _log_samples(self, batch, scores, adv) -> None:
         samples = sample_records(batch, scores, adv, self.cfg.logging.samples_per_table)
