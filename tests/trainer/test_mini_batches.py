@@ -70,3 +70,27 @@ def test_a_split_the_run_cannot_make_is_refused_in_one_line(tiny_cfg, sets, name
     with pytest.raises(RunContractError, match=named.replace(".", r"\.")) as err:
         check_run(tiny_cfg(**sets))
     assert "\n" not in str(err.value)
+
+
+def test_after_a_reference_sync_each_later_mini_batch_reads_the_moved_reference(tiny_cfg, monkeypatch):
+    """Humanline syncs the reference before every update: each mini-batch's ref_logp is rescored, on its own rows only."""
+    import dataclasses
+
+    from grpokit.trainer import producers, updates
+
+    trainer, lb = _trainer_and_batch(tiny_cfg, **{"algorithm.loss": "humanline", "algorithm.ref_sync_every": 1, "algorithm.mini_batches": 2,
+                                                  "algorithm.num_iterations": 2, "optim.lr": 0.01})
+    seen, real = [], updates.accumulate_gradients
+
+    def checked(policy, parts, sub, objective, **kw):
+        fresh = dataclasses.replace(sub, ref_logp=None)
+        producers.score_inputs(policy, fresh, parts, ["ref_logp"])  # the reference as it is right now
+        seen.append((sub.ref_logp.clone(), fresh.ref_logp, len(sub)))
+        return real(policy, parts, sub, objective, **kw)
+
+    monkeypatch.setattr(updates, "accumulate_gradients", checked)
+    trainer._learn(lb)
+    assert [n for *_, n in seen] == [4, 4, 4, 4]  # 2 passes x 2 mini-batches of one group each
+    for used, fresh, _ in seen:
+        torch.testing.assert_close(used, fresh, atol=1e-6, rtol=1e-5)  # never a stale reference
+    assert not torch.allclose(seen[0][0], seen[2][0])  # pass 2 re-reads the same rows under a reference that moved

@@ -96,6 +96,7 @@ def test_preset_trains_tiny_model_3_steps(preset, tiny_dir, tmp_path, request):
     overrides = TINY + [f"model.name={tiny_dir}", f"logging.output_dir={tmp_path}", "train.steps=3"]
     cfg = load_config(preset=preset, overrides=overrides)
     cfg.rollout.max_new_tokens = 8
+    cfg.rollout.prompts_per_step = max(cfg.rollout.prompts_per_step, cfg.algorithm.mini_batches)  # a group per mini-batch (humanline: 4)
     if cfg.model.teacher:  # a teacher that differs from the student (the student's own weights are refused)
         cfg.model.teacher = save_tiny_model(tmp_path / "teacher", seed=1)
     cfg.model.lora.target_modules = ["q_proj", "v_proj"]

@@ -127,5 +127,5 @@ def mini_batch_rows(group_ids: torch.Tensor, k: int, seed: int) -> list[torch.Te
     compare a group's rows inside one loss call, as TRL and verl split whole samples.
     """
     labels = torch.unique(group_ids).cpu()
-    order = labels[torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))]
+    order = labels[torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed), device="cpu")]  # the CPU draw on any device
     return [torch.isin(group_ids, run.to(group_ids.device)).nonzero().squeeze(-1) for run in torch.tensor_split(order, k)]

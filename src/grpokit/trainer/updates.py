@@ -61,30 +61,38 @@ class UpdateSteps:
             self.objective.loss_options.update(call_with(schedule, self.step, context=self.objective.loss_options))
         self.objective.correction, correction_metrics = setup.correction_for(self.cfg, lb.rollout, self.step)
         minis = [None] if algo.mini_batches == 1 else mini_batch_rows(lb.rollout.group_ids, algo.mini_batches, self._split_seed())
-        applied, done = 0, 0
+        applied, done, moved = 0, 0, []
         for _ in range(algo.num_iterations):
             last_pass: list[dict[str, float]] = []
             for rows in minis:
-                learn, stale, stepped = self._update(lb, parts, keep, live, rows, first=done == 0)
+                learn, stale, stepped = self._update(lb, parts, keep, live, rows, first=done == 0, rescore=moved)
                 last_pass.append(learn)
                 applied, done = applied + stepped, done + 1
-                if stale and done < algo.updates_per_batch:  # a role moved: the batch's next update reads it anew
-                    producers.produce([name for name in scored if name in stale], self.policy, lb, parts, self.learners)
+                stale = [name for name in scored if name in stale]
+                if stale and done < algo.updates_per_batch:  # a role moved: the batch's next updates read it anew
+                    if rows is None:
+                        producers.produce(stale, self.policy, lb, parts, self.learners)
+                    else:  # each later mini-batch rescores its own rows right before its update
+                        moved = [name for name in scored if name in stale or name in moved]
         learn = {k: sum(m[k] for m in last_pass if k in m) / sum(k in m for m in last_pass) for m in last_pass for k in m}
         learn["learn/updates"] = float(applied)
         if keep is not None:
             learn["learn/skipped_rows"] = 1.0 - float(keep.float().mean())
         return {**learn, **correction_metrics}
 
-    def _update(self, lb: LearnBatch, parts, keep, live, rows, first: bool) -> tuple[dict[str, float], list[str], bool]:
-        """One optimizer update on the whole batch (``rows`` None) or mini-batch ``rows``: (metrics, roles made stale, AdamW stepped)."""
+    def _update(self, lb: LearnBatch, parts, keep, live, rows, first: bool, rescore: list[str]) -> tuple[dict[str, float], list[str], bool]:
+        """One optimizer update on the whole batch (``rows`` None) or mini-batch ``rows``: (metrics, roles made stale, AdamW stepped).
+
+        rescore: scored inputs whose role moved since the batch was scored (a reference sync), scored
+        anew on the mini-batch's rows first.
+        """
         if rows is not None:
             lb = lb.select(rows)
             if (live is not None and not bool(live[rows].any()) and not self.cfg.optim.step_without_gradient) or not bool(lb.mask.any()):
-                self._empty_update()  # nothing in this mini-batch has a gradient: an update of size 0
-                return {"loss": 0.0, "grad_norm": 0.0}, [], False
+                return {"loss": 0.0, "grad_norm": 0.0}, self._empty_update(), False  # no gradient here: an update of size 0
             keep = None if keep is None or not bool(keep[rows].any()) else keep[rows]
             parts = self.learners.parts(lb.rollout, self.cfg.train.micro_batch_size, keep)
+            producers.produce(rescore, self.policy, lb, parts, self.learners)
         if not first:
             producers.produce(producers.scheduled(self.needs, "per_update"), self.policy, lb, parts, self.learners)
         if not self.learners.sharded:  # FSDP gives the shards their gradients
@@ -95,13 +103,16 @@ class UpdateSteps:
         learn["grad_norm"] = self._optimizer_step()
         return learn, stale, self._steps(learn["grad_norm"])
 
-    def _empty_update(self) -> None:
-        """An update of size 0: the hooks (a reference sync every k) and the schedule count it, AdamW does not step."""
+    def _empty_update(self) -> list[str]:
+        """An update of size 0: the hooks (a reference sync every k) and the schedule count it, AdamW does not step.
+
+        Returns the roles the hooks moved.
+        """
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")  # intended
-            for hook in self.update_hooks:
-                hook(self.context, self.updates + 1)
+            stale = [name for hook in self.update_hooks for name in hook(self.context, self.updates + 1)]
             self.scheduler.step()
+        return stale
 
     def _split_seed(self) -> int:
         """The seed of this step's mini-batch split: a function of ``train.seed`` and the step (exact on resume)."""
