@@ -82,20 +82,29 @@ def test_two_learners_give_the_single_process_gradient(tiny_dir, tmp_path, monke
             assert math.isclose(two["metrics"][key], one["metrics"][key], rel_tol=1e-5, abs_tol=1e-7), key
 
 
-@pytest.mark.parametrize("workers", [[], ["distributed.rollout_workers=1", "distributed.staleness=0"]], ids=["in-process", "ray-worker"])
+RAY_WORKER = ["distributed.rollout_workers=1", "distributed.staleness=0"]
+
+
+@pytest.mark.parametrize("workers", [[], RAY_WORKER, ["algorithm.mini_batches=2"]], ids=["in-process", "ray-worker", "mini-batches"])
 def test_grpokit_train_with_two_learners_matches_one_process(tiny_dir, tmp_path, workers):
-    """Rank 0 samples in-process, or takes its batches from a Ray rollout worker (staleness 0: the same stream)."""
-    if workers:
+    """Rank 0 samples in-process, or takes its batches from a Ray rollout worker (staleness 0: the same stream).
+
+    mini-batches: 3 groups cut into 2 and 1 per update, so in one update a rank has no group at all.
+    """
+    if workers == RAY_WORKER:
         pytest.importorskip("ray")
     sets = lambda d, extra=(): [a for s in TRAIN + [f"model.name={tiny_dir}", f"logging.output_dir={d}", *extra] for a in ("--set", s)]
-    assert main(["train", *sets(tmp_path / "one")]) == 0  # the single process, in this process
+    both = [s for s in workers if s.startswith("algorithm.")]  # a learner setting: the single process has it too
+    assert main(["train", *sets(tmp_path / "one", both)]) == 0  # the single process, in this process
     run(TORCHRUN + ["-m", "grpokit.cli", "train", *sets(tmp_path / "two", workers)], tmp_path)
     rows = {k: [json.loads(l) for l in (tmp_path / k / "metrics.jsonl").read_text().splitlines()] for k in ("one", "two")}
     assert [r["step"] for r in rows["two"]] == [1, 2]  # rank 1 wrote nothing of its own
-    if workers:  # the worker sampled step s with the weights rank 0 published after step s - 1
+    if "algorithm.mini_batches=2" in workers:  # a step of 2 applied updates (the other's tied groups: one of size 0)
+        assert max(r["learn/updates"] for r in rows["two"]) == 2.0
+    if workers == RAY_WORKER:  # the worker sampled step s with the weights rank 0 published after step s - 1
         assert [r["async/version"] for r in rows["two"]] == [0.0, 1.0]
     for a, b in zip(rows["one"], rows["two"]):
-        for key in ("loss", "grad_norm", "reward/mean", "completion_len/mean", "entropy"):
+        for key in ("loss", "grad_norm", "reward/mean", "completion_len/mean", "entropy", "learn/updates"):
             assert math.isclose(a[key], b[key], rel_tol=1e-5, abs_tol=1e-7), (a["step"], key, a[key], b[key])
     final = {k: load_file(tmp_path / k / "checkpoints" / "step-2" / "model.safetensors") for k in ("one", "two")}
     start = load_file(Path(tiny_dir) / "model.safetensors")
