@@ -167,10 +167,10 @@ METHODS = {m.name: m for m in [
            needs_teacher=True),
     Method("humanline_online", "Humanline (online)", "humanline", ("algorithm.num_iterations=1",), HUMANLINE,
            "humanline syncing and clipping in the loss do at least as well as online GRPO.", expect="match"),
-    Method("humanline_offline", "Humanline (offline: 4 updates per generation)", "humanline", (), HUMANLINE,
+    Method("humanline_offline", "Humanline (offline)", "humanline", (), HUMANLINE,
            "with humanline syncing and clipping, training on reused (offline) generations matches online GRPO.", expect="match",
-           note="The demo run predates the preset's paper setting (4 mini-batch updates per generation, each completion used "
-                "once): it reused each whole batch for 4 updates (num_iterations 4)."),
+           note="Offline here is the preset's paper structure since 2026-12-05: 4 mini-batch updates per generation, each "
+                "completion used once. The demo run predates it and reused each whole batch for 4 updates (num_iterations 4)."),
     Method("grpo_offline", "GRPO, 4 updates per generation (offline control)", "grpo", BASELINE + ("algorithm.mini_batches=4",)),
     Method("spine", "SPINE (label-free)", "spine", (), "SPINE: Token-Selective Test-Time Reinforcement Learning with Entropy-Band Regularization, arXiv 2511.17938",
            "updating only high-entropy forking tokens, with an entropy band, beats TTRL without labels.", "ttrl", label_free=True),
