@@ -145,3 +145,25 @@ def test_an_update_whose_every_token_is_clipped_moves_no_weight(tiny_cfg):
     metrics, steps, _ = learn(**{"optim.step_without_gradient": True})
     assert metrics["learn/updates"] == 2.0 and steps[1][0] == 0.0
     assert float((steps[1][2] - steps[0][2]).abs().max()) > 1e-4  # AdamW coasted on its momentum
+
+
+# no learner pass at all / a learner pass (a KL term keeps every row) whose gradient is exactly 0: the policy
+# equals its reference and every advantage is 0 (the first GRPO step after SFT, seen in benchmarks/sql_cot.py)
+@pytest.mark.parametrize("sets", [{}, {"algorithm.beta": 0.05}])
+def test_a_first_update_of_size_0_advances_the_schedule_without_torch_warning(tiny_cfg, sets):
+    """The schedule counts a size-0 update; torch must not warn that the scheduler stepped before the optimizer."""
+    import warnings
+
+    trainer = Trainer(tiny_cfg(**{"optim.warmup_steps": 2, **sets}), *tiny_model_and_tokenizer(seed=5))
+    rows = trainer.splits.train[:2]
+    torch.manual_seed(0)
+    batch = trainer.backend.generate(trainer._prompt_texts(rows), rows, 4, SamplingParams(max_new_tokens=6, temperature=1.0))
+    lb = LearnBatch(rollout=batch, adv=torch.zeros(len(batch)), mask=batch.completion_mask.clone(),
+                    rewards=torch.zeros(len(batch)), behaviour_logp=batch.sampling_logp)
+    lr_before = trainer.scheduler.get_last_lr()[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        metrics = trainer._learn(lb)
+    assert metrics["learn/updates"] == 0.0 and trainer.updates == 1
+    assert trainer.scheduler.get_last_lr()[0] > lr_before  # warm-up moved on
+    assert not [w for w in caught if "lr_scheduler.step()" in str(w.message)]

@@ -108,10 +108,8 @@ class UpdateSteps:
 
         Returns the roles the hooks moved.
         """
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")  # intended
-            stale = [name for hook in self.update_hooks for name in hook(self.context, self.updates + 1)]
-            self.scheduler.step()
+        stale = [name for hook in self.update_hooks for name in hook(self.context, self.updates + 1)]
+        _count_update_of_size_0(self.scheduler)
         return stale
 
     def _split_seed(self) -> int:
@@ -146,10 +144,19 @@ class UpdateSteps:
         norm = self.learners.clip_gradients(params, clip if clip > 0 else float("inf"))  # sharded: the global norm
         if self._steps(norm):
             self.optimizer.step()
-        self.scheduler.step()
+            self.scheduler.step()
+        else:
+            _count_update_of_size_0(self.scheduler)
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 
     def _steps(self, grad_norm: float) -> bool:
         """Whether AdamW applies an update of this global gradient norm (not on exactly 0, unless asked)."""
         return grad_norm != 0.0 or self.cfg.optim.step_without_gradient
+
+
+def _count_update_of_size_0(scheduler: torch.optim.lr_scheduler.LRScheduler) -> None:
+    """Advance the schedule for an update AdamW did not apply (intended: torch's order warning is silenced)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
+        scheduler.step()
