@@ -86,11 +86,16 @@ def claim_sentence(m: Any, runs_by_method: dict[str, list[dict]], labels: dict[s
         missing = m.label if not runs else ref_label
         return f"{head} Here: not measured yet (no runs of {missing} in the cache)."
     se = "" if math.isnan(cmp["se"]) else f", 2 SE = {200 * cmp['se']:.1f} pp"
+    last = f"the last {100 * cmp['window']:.0f}% of the minutes"
     if m.ref == "before":
-        what = f"{100 * cmp['delta']:+.1f} pp from before training to the end: {pct(cmp['b'])} -> {pct(cmp['a'])} ({cmp['n_a']} seeds{se})"
+        what = (f"{100 * cmp['delta']:+.1f} pp from before training to {last}: {pct(cmp['b'])} -> {pct(cmp['a'])} "
+                f"({cmp['n_a']} seeds{se}; at the end {pct(cmp['a_end'])}, {100 * cmp['delta_end']:+.1f} pp)")
     else:
-        what = (f"{100 * cmp['delta']:+.1f} pp vs {ref_label} at equal training minutes ({cmp['minutes']:.2f} min): "
-                f"{pct(cmp['a'])} vs {pct(cmp['b'])} ({cmp['n_a']} vs {cmp['n_b']} seeds{se})")
+        lo = cmp["minutes"] * (1 - cmp["window"])
+        what = (f"{100 * cmp['delta']:+.1f} pp vs {ref_label} at equal training minutes, averaged over minutes "
+                f"{lo:.2f}-{cmp['minutes']:.2f}: {pct(cmp['a'])} vs {pct(cmp['b'])} ({cmp['n_a']} vs {cmp['n_b']} "
+                f"seeds{se}; at {cmp['minutes']:.2f} min alone {pct(cmp['a_end'])} vs {pct(cmp['b_end'])}, "
+                f"{100 * cmp['delta_end']:+.1f} pp)")
     note = f" {m.note}" if getattr(m, "note", "") else ""
     return f"{head} Here: {what}: {st.verdict(m.expect, cmp)}.{note}"
 

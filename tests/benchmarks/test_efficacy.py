@@ -81,7 +81,7 @@ def test_compare_at_equal_minutes_and_the_two_standard_error_verdict():
     # std 0.0707); reference 0.6, 0.6 (std 0). delta 0.05, SE sqrt(0.005 / 2 + 0) = 0.05
     a = [run([0.0, 2.0], [0.5, 0.9]), run([0.0, 2.0], [0.5, 0.7])]
     b = [run([0.0, 1.0], [0.5, 0.6]), run([0.0, 1.0], [0.5, 0.6])]
-    cmp = st.compare(a, b)
+    cmp = st.compare(a, b, window=0.0)  # the single evaluation at the equal minute
     assert cmp["minutes"] == 1.0
     assert (cmp["a"], cmp["b"], cmp["delta"], cmp["se"]) == pytest.approx((0.65, 0.6, 0.05, 0.05), abs=1e-12)
     assert st.verdict("better", cmp).startswith("not shown")  # 0.05 < 2 SE = 0.1
@@ -89,9 +89,29 @@ def test_compare_at_equal_minutes_and_the_two_standard_error_verdict():
     assert st.verdict("better", {**cmp, "delta": -0.15}).startswith("contradicted")
     assert st.verdict("better", st.compare(a[:1], b)).startswith("no verdict")
     # against its own start (paired): gains 0.4 and 0.2 -> mean 0.3, SE 0.1414 / sqrt(2) = 0.1
-    gain = st.compare(a, None)
+    gain = st.compare(a, None, window=0.0)
     assert (gain["delta"], gain["se"]) == pytest.approx((0.3, 0.1), abs=1e-12)
     assert st.verdict("gain", gain).startswith("shown")
+
+
+def test_the_verdict_reads_the_mean_of_the_evaluations_in_the_last_fifth_of_the_minutes():
+    # a zig-zag averages out: evaluations in [8, 10) at 8, 8.5, 9, 9.5 (0.4 0.6 0.4 0.6) and the end (0.6) -> 0.52
+    zig = run([0.0, 8.0, 8.5, 9.0, 9.5, 10.0], [0.2, 0.4, 0.6, 0.4, 0.6, 0.6])
+    assert st.window_mean(*st.minutes_curve(zig), 8.0, 10.0) == pytest.approx(0.52, abs=1e-12)
+    assert st.window_mean(*st.minutes_curve(zig), 10.0, 10.0) == 0.6
+    # no evaluation inside the window: the value at its end (a run evaluated only before and after)
+    assert st.window_mean([0.0, 10.0], [0.5, 0.7], 8.0, 10.0) == 0.7
+    # equal minute 10, window [8, 10]: method 0.52 and (0.5 + 0.7) / 2 = 0.6 (mean 0.56); reference 0.5 and 0.4
+    # (their ends alone, mean 0.45). delta 0.11; SE sqrt(0.0032 / 2 + 0.005 / 2) = sqrt(0.0041)
+    a = [zig, run([0.0, 9.0, 10.0], [0.2, 0.5, 0.7])]
+    b = [run([0.0, 10.0], [0.2, 0.5]), run([0.0, 10.0], [0.2, 0.4])]
+    cmp = st.compare(a, b)
+    assert (cmp["window"], cmp["minutes"], cmp["a"], cmp["b"], cmp["delta"]) == pytest.approx((0.2, 10.0, 0.56, 0.45, 0.11), abs=1e-12)
+    assert cmp["se"] == pytest.approx(0.0041 ** 0.5, abs=1e-12)
+    assert (cmp["a_end"], cmp["b_end"], cmp["delta_end"]) == pytest.approx((0.65, 0.45, 0.2), abs=1e-12)
+    # against its own start: the window of its own minutes minus before (0.2): gains 0.32 and 0.4
+    gain = st.compare(a, None)
+    assert (gain["a"], gain["delta"], gain["a_end"], gain["delta_end"]) == pytest.approx((0.56, 0.36, 0.65, 0.45), abs=1e-12)
 
 
 # ------------------------------------------------------------------------------- the shared task
