@@ -136,6 +136,7 @@ BASELINE = ("algorithm.beta=0.0", "algorithm.aggregation=token_mean")
 # mu = 2 updates per batch [inferred]: on-policy (mu = 1) these losses' gradients equal GRPO's (ratio 1)
 OFF_POLICY = ("algorithm.num_iterations=2",)
 HUMANLINE = "Humanline: Online Alignment as Perceptual Loss, arXiv 2509.24207"
+GSPO = "Group Sequence Policy Optimization, arXiv 2507.18071"
 
 METHODS = {m.name: m for m in [
     Method("grpo", "GRPO", "grpo", BASELINE, "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models, arXiv 2402.03300",
@@ -145,8 +146,16 @@ METHODS = {m.name: m for m in [
            "dropping the std and length normalisations keeps GRPO's accuracy and stops completions growing longer.", expect="match"),
     Method("dapo", "DAPO", "dapo", (), "DAPO: An Open-Source LLM Reinforcement Learning System at Scale, arXiv 2503.14476",
            "clip-higher, dynamic sampling, a token-level loss and overlong shaping reach a higher accuracy than GRPO in fewer steps."),
-    Method("gspo", "GSPO", "gspo", (), "Group Sequence Policy Optimization, arXiv 2507.18071",
-           "a sequence-level ratio and clip train more stably and to a higher accuracy than GRPO for the same compute."),
+    # the earlier preset's structure, pinned: each whole batch used for 2 updates (its cached runs)
+    Method("gspo", "GSPO (2 passes per batch)", "gspo", ("algorithm.num_iterations=2", "algorithm.mini_batches=1"), GSPO,
+           "a sequence-level ratio and clip train more stably and to a higher accuracy than GRPO for the same compute.",
+           note="This row reuses each whole batch for a second update (the preset before 2026-12-05); at lr 2e-5 one "
+                "update moves the median |log s| of the trained rows to about 0.06, 150x the clip range, so the second "
+                "update has no gradient (`benchmarks/gspo_clip_probe.py`). The preset now has the paper's 4 mini-batches "
+                "per generation: the next row."),
+    Method("gspo_mb", "GSPO (4 mini-batches per generation)", "gspo", (), GSPO,
+           "a sequence-level ratio and clip train more stably and to a higher accuracy than GRPO with the same updates "
+           "per generation.", "grpo_offline"),
     Method("cispo", "CISPO", "grpo", BASELINE + OFF_POLICY + ("algorithm.loss=cispo",),
            "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention, arXiv 2506.13585",
            "clipping the importance weight instead of the update keeps every token's gradient and matches DAPO in half the steps.", "dapo"),

@@ -90,7 +90,8 @@ MECHANISM = {
              ("kd/teacher_gap", lambda v: v > 0)],  # the teacher (a demo run trained first) is not the student
     "grpo": [("adv/mean", lambda v: abs(v) < 1e-6)],  # group-relative advantage
     "dr_grpo": [("adv/mean", lambda v: abs(v) < 1e-6)],  # R - mean
-    "gspo": [("ratio/mean", lambda v: v != 1.0)],  # second update: the sequence-level ratio has moved
+    # later mini-batches of a generation: the sequence-level ratio has moved, over several optimizer updates
+    "gspo": [("ratio/mean", lambda v: v != 1.0), ("learn/updates", lambda v: v > 1)],
     "dpp_grpo": [("reward/dpp/mean", lambda v: v > 0)],  # marginal log-det gains of distinct completions
     "dpp_rewrite": [("reward/dpp/std", lambda v: v > 0)],  # the rewrites' gains over their R_q differ
     # sampled ```sql blocks name tables / columns of the row's own database schema (the base model's queries never
@@ -111,7 +112,7 @@ MECHANISM = {
     "kto": [("rewards/margins", lambda v: v > 0)],
 }
 EXTRA = {  # presets whose mechanism needs more than one update to show
-    "gspo": ["algorithm.num_iterations=2"],
+    "gspo": ["rollout.prompts_per_step=4"],  # a group for each of its 4 mini-batch updates per generation
     "humanline": ["rollout.prompts_per_step=4"],  # a group for each of its 4 mini-batch updates per generation
     "reg_grpo": ["train.steps=2"], "deepvideo_r1": ["train.steps=2"],  # rho against the policy one update behind
     # the masked-diffusion LMs at the canvas they were pretrained on (8), where rewards differ within groups
