@@ -133,8 +133,11 @@ class Method:
 
 # GRPO as TRL's reference run trains it: PPO-clip 0.2, token-mean loss, beta 0 (the grpo preset's k3 KL off)
 BASELINE = ("algorithm.beta=0.0", "algorithm.aggregation=token_mean")
-# mu = 2 updates per batch [inferred]: on-policy (mu = 1) these losses' gradients equal GRPO's (ratio 1)
+# mu = 2 passes over each batch [inferred]: on-policy (mu = 1) these losses' gradients equal GRPO's (ratio 1)
 OFF_POLICY = ("algorithm.num_iterations=2",)
+# the papers' structure (verl's ppo_mini_batch_size, as GSPO Sec. 5.1 states): each generation cut into 4
+# mini-batches, one update each, every completion used once; the later ones are off-policy
+MINI_BATCHES = ("algorithm.num_iterations=1", "algorithm.mini_batches=4")
 HUMANLINE = "Humanline: Online Alignment as Perceptual Loss, arXiv 2509.24207"
 GSPO = "Group Sequence Policy Optimization, arXiv 2507.18071"
 
@@ -156,12 +159,18 @@ METHODS = {m.name: m for m in [
     Method("gspo_mb", "GSPO (4 mini-batches per generation)", "gspo", (), GSPO,
            "a sequence-level ratio and clip train more stably and to a higher accuracy than GRPO with the same updates "
            "per generation.", "grpo_offline"),
-    Method("cispo", "CISPO", "grpo", BASELINE + OFF_POLICY + ("algorithm.loss=cispo",),
+    Method("cispo", "CISPO (2 passes per batch)", "grpo", BASELINE + OFF_POLICY + ("algorithm.loss=cispo",),
+           "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention, arXiv 2506.13585",
+           "clipping the importance weight instead of the update keeps every token's gradient and matches DAPO in half the steps.", "dapo",
+           note="This row makes 2 passes over each batch [inferred]: the second pass weights every token again, even those "
+                "PPO's clip would stop, so each batch is learned about twice over; the papers' structure is the next row."),
+    Method("cispo_mb", "CISPO (4 mini-batches per generation)", "grpo", BASELINE + MINI_BATCHES + ("algorithm.loss=cispo",),
            "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention, arXiv 2506.13585",
            "clipping the importance weight instead of the update keeps every token's gradient and matches DAPO in half the steps.", "dapo"),
-    Method("sapo", "SAPO", "grpo", ("algorithm.beta=0.0", "algorithm.loss=sapo") + OFF_POLICY,  # seq-mean-token-mean, as the paper and TRL
+    Method("sapo", "SAPO", "grpo", ("algorithm.beta=0.0", "algorithm.loss=sapo") + MINI_BATCHES,  # seq-mean-token-mean, as the paper and TRL
            "Soft Adaptive Policy Optimization, arXiv 2511.20347",
-           "a smooth, temperature-controlled gate in place of the hard clip trains more stably and to a higher accuracy than GRPO and GSPO."),
+           "a smooth, temperature-controlled gate in place of the hard clip trains more stably and to a higher accuracy than GRPO and GSPO.",
+           note="4 mini-batches per generation since 2026-12-05; the demo run predates it and made 2 passes over each batch."),
     Method("disco", "DisCO", "disco", (), "DisCO: Reinforcing Large Reasoning Models with Discriminative Constrained Optimization, arXiv 2505.12366",
            "a discriminative objective without GRPO's difficulty bias, under a KL constraint, beats GRPO by several points."),
     Method("lambda_grpo", "λ-GRPO", "lambda_grpo", (), "GRPO is Secretly a Process Reward Model, arXiv 2509.21154",
@@ -304,8 +313,10 @@ def settings_lines(plan: study.Plan, results: dict | None = None) -> list[str]:
         "is not counted in the minutes.",
         "- GRPO and TRL share the objective: PPO-clip 0.2, token-mean loss (TRL `loss_type=\"dapo\"`), beta 0, one update "
         "per batch, group-std advantages. Every other row sets only its algorithm (its preset plus the overrides in "
-        "`benchmarks/efficacy.py`); CISPO and SAPO reuse each batch for 2 updates, since with one their gradient is GRPO's "
-        "[inferred]. KDRL's teacher is a GRPO run of the same budget (seed 1000), not counted in KDRL's minutes. TTRL and "
+        "`benchmarks/efficacy.py`). With one update per batch the off-policy losses' gradients are GRPO's, so they get "
+        "several: the rows named \"2 passes\" (CISPO, and GSPO's earlier preset) reuse each whole batch for 2 updates "
+        "[inferred]; the \"mini-batches\" rows, SAPO, GSPO's preset and humanline offline cut each generation into 4 "
+        "mini-batches of whole groups, one update each, every completion used once (the papers' structure). KDRL's teacher is a GRPO run of the same budget (seed 1000), not counted in KDRL's minutes. TTRL and "
         "SPINE train without labels on the task's training prompts (not on the held-out ones, as test-time RL would).",
         "- Still different between grpokit and TRL: the warm-up shape (grpokit lr x 1/3, 2/3 on steps 1-2; TRL's "
         "`constant_with_warmup` x 0, 1/2), each library's prompt order (both vary with the seed: grpokit's `data.order_seed` = the seed since "
