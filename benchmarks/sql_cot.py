@@ -7,11 +7,12 @@
 "Sparks of Tabular Reasoning via Text2SQL Reinforcement Learning" (Stoisser et al., arXiv
 2505.00016) trains in two stages: SFT on clause-by-clause chain-of-thought traces written from
 gold SQL, then GRPO with the execution reward. Two arms on the ``text_to_sql`` task with
-``templates: all`` (basic + compositional questions), both with the ``sql_after_cot`` GRPO
-recipe (rewards sql_execution 1.0 / sql_schema_f1 0.3 / sql_format 0.1, 192 new tokens):
+``templates: all`` (basic + compositional questions), 192 new tokens:
 
-  (a) GRPO from the base model for ``--minutes`` of training wall time;
-  (b) ``sql_cot_sft`` for ``--sft-minutes``, then GRPO for ``minutes - sft_minutes``.
+  (a) GRPO from the base model for ``--minutes`` of training wall time, with the ``sql`` recipe's
+      composite reward (execution, clause F1, string match, judge, format) and lr 2e-5;
+  (b) ``sql_cot_sft`` for ``--sft-minutes``, then ``sql_after_cot`` (execution reward, lr 2e-6, a KL
+      to the SFT model) for ``minutes - sft_minutes``.
 
 Stage 2 again, from one SFT model (issue: "GRPO after SFT undid the SFT gain")::
 
@@ -75,6 +76,13 @@ def last_mean(run_dir: Path, key: str, k: int = 5) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+# arm (a): the `sql` recipe (the paper's composite reward, lr 2e-5, no KL) on the stage-2 questions and lengths
+ARM_A = ["optim.lr=2e-5", "algorithm.beta=0.0",
+         "rewards=[{name: sql_execution, weight: 1.0, kwargs: {timeout_s: 1.0, max_rows: 1000}}, "
+         "{name: sql_clause_f1, weight: 0.3}, {name: sql_string_match, weight: 0.1}, {name: sql_judge, weight: 0.2}, "
+         "{name: sql_format, weight: 0.1}]"]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--minutes", type=float, default=10.0, help="training wall minutes of each arm")
@@ -113,9 +121,15 @@ def main(argv: list[str] | None = None) -> int:
     wall, acc, n, nq = {}, {}, {}, a.heldout
 
     def grpo_stage(key: str, start: str | Path, folder: Path, minutes: float) -> tuple[float, float]:
-        """A GRPO stage from ``start`` into ``folder``: (held-out accuracy before, after); its wall time and steps recorded."""
+        """A GRPO stage from ``start`` into ``folder``: (held-out accuracy before, after); its wall time and steps recorded.
+
+        Arm (b) is ``sql_after_cot`` (execution reward, lr 2e-6, KL to the SFT model); arm (a) starts from
+        the base model, which never executes a right query (0%), so it keeps the paper's composite reward
+        and lr: ``sql_after_cot`` with the ``sql`` recipe's rewards, lr and beta (ARM_A).
+        """
         nonlocal nq
-        wall[key] = train(["--preset", "sql_after_cot", *sets(*limit, *a.grpo_set, f"model.name={start}",
+        recipe = ARM_A if key == "grpo" else []
+        wall[key] = train(["--preset", "sql_after_cot", *sets(*recipe, *limit, *a.grpo_set, f"model.name={start}",
                                                                f"logging.output_dir={folder}", "train.steps=100000",
                                                                f"train.max_minutes={minutes}")])
         evals = heldout(folder)
