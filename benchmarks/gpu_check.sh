@@ -3,22 +3,31 @@
 #
 #   bash benchmarks/gpu_check.sh              # on the GPU machine, with .gpu_bundle/ carried (gpu_bundle.sh)
 #   bash benchmarks/gpu_check.sh --dry-run    # here, on the CPU: same code path, tiny sizes, no install
+#   bash benchmarks/gpu_check.sh --presets    # then also every preset's 3-step tiny run on CUDA (pytest)
 #
 # Without --dry-run it installs .gpu_bundle/wheels offline into a target folder put first on
 # PYTHONPATH (the machine's own torch, transformers, peft and accelerate stay as they are), then runs
 # benchmarks/gpu_check.py. When src/grpokit/ differs from what the bundled grpokit wheel was built
 # from, the checkout's src/ is used instead (the working tree travels with every run) and this says
 # so. The last line is always `gpu_speedup=<TRL s/step / grpokit s/step>` (nan without TRL).
-# Extra arguments go to gpu_check.py. PYTHON picks the interpreter (default: .venv/bin/python when
+# --presets: after the check, tests/trainer/test_presets.py runs with GRPOKIT_TEST_DEVICE=cuda (every
+# preset trains its family's tiny random model 3 steps on the GPU, no tensor created off the data's
+# device, the policy asserted on CUDA), limited to PRESETS_TIMEOUT seconds (default 150); its summary
+# then follows the gpu_speedup line, and the exit status is the worse of the two. Extra arguments go to gpu_check.py. PYTHON picks the interpreter (default: .venv/bin/python when
 # there is one, else python3); GPU_CHECK_SITE the install folder (default /tmp/grpokit-gpu-site).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 DRY=0
+PRESETS=0
 ARGS=()
 for arg in "$@"; do
-    if [ "$arg" = "--dry-run" ]; then DRY=1; else ARGS+=("$arg"); fi
+    case "$arg" in
+        --dry-run) DRY=1 ;;
+        --presets) PRESETS=1 ;;
+        *) ARGS+=("$arg") ;;
+    esac
 done
 if [ -z "${PYTHON:-}" ]; then
     if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
@@ -64,4 +73,13 @@ import grpokit
 gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device"
 print("gpu_check:", ", ".join(versions), "| grpokit from", grpokit.__path__[0], "|", gpu)
 EOF
-exec "$PYTHON" benchmarks/gpu_check.py --bundle "$BUNDLE" ${ARGS[@]+"${ARGS[@]}"}
+rc=0
+"$PYTHON" benchmarks/gpu_check.py --bundle "$BUNDLE" ${ARGS[@]+"${ARGS[@]}"} || rc=$?
+if [ "$PRESETS" = 1 ]; then
+    echo "gpu_check: every preset's tiny 3-step run on CUDA (tests/trainer/test_presets.py)" >&2
+    prc=0
+    GRPOKIT_TEST_DEVICE=cuda timeout "${PRESETS_TIMEOUT:-150}" "$PYTHON" -m pytest tests/trainer/test_presets.py -q \
+        -p no:cacheprovider -rf --tb=line || prc=$?
+    [ "$prc" = 0 ] || rc=$prc
+fi
+exit "$rc"

@@ -2,11 +2,13 @@
 
 The run is recorded by ``implicit_device_recorder``: any tensor grpokit creates without an
 explicit device (which would land on the CPU whatever device the policy is on) fails the test
-with its file and line.
+with its file and line. ``GRPOKIT_TEST_DEVICE=cuda`` runs every preset with ``model.device=cuda``
+and asserts the policy trained there (how ``benchmarks/gpu_check.sh --presets`` runs this file on a GPU).
 """
 
 import json
 import math
+import os
 
 import pytest
 
@@ -26,6 +28,9 @@ TINY = [
     "rollout.group_size=4", "rollout.prompts_per_step=2", "rollout.max_new_tokens=8",
     "train.micro_batch_size=4", "train.max_minutes=0", "eval.before=false", "eval.after=false",
 ]
+DEVICE = os.environ.get("GRPOKIT_TEST_DEVICE", "")  # "" keeps each preset's own model.device (auto)
+if DEVICE:
+    TINY.append(f"model.device={DEVICE}")
 
 
 @pytest.fixture(scope="module")
@@ -103,10 +108,14 @@ def test_preset_trains_tiny_model_3_steps(preset, tiny_dir, tmp_path, request):
     if any("model_path" in r.kwargs for r in cfg.rewards):
         use_test_reward_model(cfg, request.getfixturevalue("reward_model_dir"))
     with implicit_device_recorder() as rec:
-        Trainer(cfg).train()
+        trainer = Trainer(cfg)
+        trainer.train()
     assert not rec.hits, f"{preset}: tensors created without a device: {rec.report()}"
     rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
     for r in rows:  # a step that took no update (dynamic sampling found no informative group) has no loss
         for key in ("loss", "grad_norm", "reward/mean") if r.get("learn/updates", 1.0) else ("reward/mean",):
             assert math.isfinite(r[key]), (preset, key, r[key])
+    if DEVICE:
+        placed = next(trainer.model.parameters()).device
+        assert placed.type == DEVICE.split(":")[0], f"{preset}: model.device={DEVICE} trained on {placed}"
