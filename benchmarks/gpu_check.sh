@@ -34,6 +34,10 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 
+if [ "$DRY" = 1 ] && [ "$PRESETS" = 1 ]; then
+    echo "gpu_check: --presets runs on CUDA only; on the CPU run 'pytest tests/trainer/test_presets.py' instead of --dry-run --presets" >&2
+    exit 2
+fi
 if [ "$DRY" = 1 ]; then
     exec "$PYTHON" benchmarks/gpu_check.py --dry-run ${ARGS[@]+"${ARGS[@]}"}
 fi
