@@ -75,6 +75,15 @@ def probe(seed: int, steps: int, dry_run: bool) -> list[tuple[float, float, bool
         return moved
 
 
+def would_clip(log_s: float, adv: float, low: float, high: float) -> bool:
+    """Whether a sequence with log-ratio ``log_s`` and advantage ``adv`` is clipped (no gradient) at [1 - low, 1 + high].
+
+    PPO-style clipping stops the gradient only on the side the advantage pushes: past 1 + high for A > 0,
+    below 1 - low for A < 0 (GSPO, arXiv 2507.18071, Eq. 5).
+    """
+    return (adv > 0 and log_s > math.log(1 + high)) or (adv < 0 and log_s < math.log(1 - low))
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seed", type=int, default=0)
@@ -93,8 +102,8 @@ def main(argv: list[str] | None = None) -> None:
         along = sum((ls > 0) == (adv > 0) for ls, adv, _ in rows) / len(rows)
         print(f"{name}: {len(rows)} with an advantage, {along:.0%} moved along it; |log s| median "
               f"{statistics.median(size):.2e}, p10 {q(0.1):.2e}, p90 {q(0.9):.2e}, max {size[-1]:.2e}")
-        for low, high in RANGES:  # clipped (no gradient) where s left the range on its advantage's side
-            clipped = sum((adv > 0 and ls > math.log(1 + high)) or (adv < 0 and ls < math.log(1 - low)) for ls, adv, _ in rows)
+        for low, high in RANGES:
+            clipped = sum(would_clip(ls, adv, low, high) for ls, adv, _ in rows)
             print(f"  eps {low:g} / {high:g}: the next update would clip {clipped / len(rows):.0%} of them")
 
 
