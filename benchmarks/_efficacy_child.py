@@ -77,6 +77,8 @@ def run_grpokit(cfg, budget_s: float, every: int, save: bool) -> dict:
             "train_accuracy": _get(m, "accuracy"), "completion_len": _get(m, "completion_len/mean"),
             "zero_var_frac": _get(m, "adv/zero_var_frac"), "skipped_rows": _get(m, "learn/skipped_rows") or 0.0,
             "lr": lr, "grad_norm": _get(m, "grad_norm"), "judge": judge,
+            # optimizer updates applied this step (mini-batches, or 0 on an all-tied batch) and the clipped token fraction
+            "updates": _get(m, "learn/updates"), "clip_frac": _get(m, "clip/frac"),
         })
         last = clock.spent() or trainer.step >= cfg.train.steps
         if last or trainer.step % every == 0:
@@ -119,7 +121,8 @@ def study_callback(evaluate, budget_s: float, every: int, max_steps: int, judge:
     from transformers import TrainerCallback
 
     metric_keys = {"reward": "reward", "train_accuracy": f"rewards/{judge}/mean", "completion_len": "completions/mean_length",
-                   "zero_var_frac": "frac_reward_zero_std", "lr": "learning_rate", "grad_norm": "grad_norm"}
+                   "zero_var_frac": "frac_reward_zero_std", "lr": "learning_rate", "grad_norm": "grad_norm",
+                   "clip_frac": "clip_ratio/region_mean"}
 
     class Study(TrainerCallback):
         def __init__(self) -> None:

@@ -205,6 +205,9 @@ def test_dry_run_study_trains_caches_resumes_and_reports(tmp_path):
         assert minutes == sorted(minutes) and 0 < minutes[0] and minutes[-1] < 5, name
         assert [e["minutes"] for e in r["evals"][1:]] == [minutes[1], minutes[3], minutes[5]], name
         assert all(s["completion_len"] is not None and s["zero_var_frac"] is not None for s in r["steps"]), name
+    # grpokit's steps record the optimizer updates applied (0 on an all-tied batch) and the clipped token fraction
+    assert all(s["updates"] in (0.0, 1.0) and "clip_frac" in s for s in runs["grpo"]["steps"])
+    assert all((s["updates"] == 0.0) == (s["grad_norm"] == 0.0) for s in runs["grpo"]["steps"])
     # the learning rate each step used: grpokit warms up as (step + 1) / 3 x 2e-5, TRL's constant_with_warmup as step / 2
     assert [s["lr"] for s in runs["grpo"]["steps"][:3]] == pytest.approx([2e-5 / 3, 4e-5 / 3, 2e-5], rel=1e-6)
     if HAS_TRL:
