@@ -175,7 +175,11 @@ METHODS = {m.name: m for m in [
            "a smooth, temperature-controlled gate in place of the hard clip trains more stably and to a higher accuracy than GRPO and GSPO.",
            note="4 mini-batches per generation since 2026-12-05; the demo run predates it and made 2 passes over each batch."),
     Method("disco", "DisCO", "disco", (), "DisCO: Reinforcing Large Reasoning Models with Discriminative Constrained Optimization, arXiv 2505.12366",
-           "a discriminative objective without GRPO's difficulty bias, under a KL constraint, beats GRPO by several points."),
+           "a discriminative objective without GRPO's difficulty bias, under a KL constraint, beats GRPO by several points.",
+           "grpo_offline",  # the authors' GRPO baseline runs the same 4 mini-batches per generation (verl's ppo_mini_batch_size)
+           note="4 mini-batches per generation, each completion used once (the authors' scripts), since 2026-12-05; the demo "
+                "run predates it and made 2 passes over each batch. Compared with GRPO at the same structure, chosen before "
+                "any hard-task run of DisCO."),
     Method("lambda_grpo", "λ-GRPO", "lambda_grpo", (), "GRPO is Secretly a Process Reward Model, arXiv 2509.21154",
            "weighting each token by 1 / (completions sharing its prefix) reaches a higher accuracy faster than GRPO."),
     Method("reg_grpo", "Reg-GRPO", "reg_grpo", (), "DeepVideo-R1: Video Reinforcement Fine-Tuning via Difficulty-aware Regressive GRPO, arXiv 2506.07464",

@@ -49,6 +49,8 @@ ETCON_WEIGHTS = {"format": 0.05, "correctness": 0.7, "cleanliness": 0.15, "consi
 MECHANISM = {
     # humanline's offline setting: one generation feeds several optimizer updates (4 mini-batches; a tied group's is of size 0)
     "humanline": [("learn/updates", lambda v: v > 1)],
+    # DisCO's authors' structure: 4 mini-batch updates per generation, so its KL constraint has moved weights to measure
+    "disco": [("learn/updates", lambda v: v > 1)],
     # flow-matching images: the SDE steps are the trained units (Flow-GRPO 9 of 10 in order; Pref-GRPO a random 60%)
     "flow_grpo": [("flow/trained_steps", lambda v: v == 9)],
     "pref_grpo_image": [("flow/trained_steps", lambda v: v == 6),
@@ -114,6 +116,7 @@ MECHANISM = {
 EXTRA = {  # presets whose mechanism needs more than one update to show
     "gspo": ["rollout.prompts_per_step=4"],  # a group for each of its 4 mini-batch updates per generation
     "humanline": ["rollout.prompts_per_step=4"],  # a group for each of its 4 mini-batch updates per generation
+    "disco": ["rollout.prompts_per_step=4"],  # a group for each of its 4 mini-batch updates per generation
     "reg_grpo": ["train.steps=2"], "deepvideo_r1": ["train.steps=2"],  # rho against the policy one update behind
     # the masked-diffusion LMs at the canvas they were pretrained on (8), where rewards differ within groups
     # and 8 prompts: the v3 build solves 27% of mdm_sort, and two prompts often both fail every sample (no group varies)

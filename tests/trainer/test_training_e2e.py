@@ -177,6 +177,28 @@ def test_hypervolume_combiner_gets_online_validation_vectors(tiny_cfg):
     assert "combiner/meta_reward" in m
 
 
+def test_disco_preset_constrains_its_later_mini_batches(tmp_path):
+    """DisCO's preset (the authors' 4 mini-batches per generation): the KL constraint is measured at moved weights.
+
+    The first update of a generation is on-policy (D = 0, nothing measured); before each later one D is the
+    token-mean of sampler minus current log-probs over that mini-batch, so it is non-zero once an update moved the
+    policy. With one update per generation (the constraint's only other case) it never acts.
+    """
+    from grpokit.config import load_config
+
+    sets = [f"logging.output_dir={tmp_path}", "logging.progress=false", "logging.log_samples_every=0", "data.n_train=20",
+            "data.n_heldout=8", "rollout.group_size=4", "rollout.prompts_per_step=4", "rollout.max_new_tokens=6",
+            "train.micro_batch_size=4", "eval.before=false", "eval.after=false", "optim.lr=0.01",
+            f"rewards=[{{name: '{__file__}:length_reward'}}]"]
+    trainer = Trainer(load_config(preset="disco", overrides=sets), *tiny_model_and_tokenizer(seed=0))
+    m = trainer.train_step()
+    assert m["learn/updates"] == 4.0  # every group's lengths differ: each mini-batch has a gradient
+    assert m["disco/constraint_kl"] != 0.0
+    on_policy = Trainer(load_config(preset="disco", overrides=sets + ["algorithm.mini_batches=1"]),
+                        *tiny_model_and_tokenizer(seed=0)).train_step()
+    assert on_policy["learn/updates"] == 1.0 and "disco/constraint_kl" not in on_policy
+
+
 def test_groupwise_loss_needs_whole_groups_per_micro_batch(tiny_cfg):
     cfg = tiny_cfg(**{"algorithm.loss": "disco", "train.micro_batch_size": 3, "rollout.group_size": 4})
     with pytest.raises(ValueError, match="multiple of rollout.group_size"):
