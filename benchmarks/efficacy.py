@@ -168,8 +168,8 @@ METHODS = {m.name: m for m in [
            "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention, arXiv 2506.13585",
            "clipping the importance weight instead of the update keeps every token's gradient and matches DAPO in half the steps.", "dapo",
            note="On `hard` its structure-matched control, GRPO with the same 4 mini-batches (`grpo_offline`), is within 2 SE of "
-                "it (3 seeds each) and falls mid-run in 2 of 3 seeds too: the shortfall against DAPO comes with 4 one-group "
-                "updates per generation at lr 2e-5, not with CISPO's loss (docs/efficacy.md, hard-task notes)."),
+                "it (3 seeds each) and falls mid-run in 2 of 3 seeds too: the shortfall against DAPO comes with one-group "
+                "mini-batch updates at lr 2e-5, not with CISPO's loss (docs/efficacy.md, hard-task notes)."),
     Method("sapo", "SAPO", "grpo", ("algorithm.beta=0.0", "algorithm.loss=sapo") + MINI_BATCHES,  # seq-mean-token-mean, as the paper and TRL
            "Soft Adaptive Policy Optimization, arXiv 2511.20347",
            "a smooth, temperature-controlled gate in place of the hard clip trains more stably and to a higher accuracy than GRPO and GSPO.",
