@@ -129,6 +129,7 @@ class Method:
     needs_teacher: bool = False
     label_free: bool = False
     note: str = ""  # said after the row's verdict, e.g. that its cached runs predate a change of its preset
+    seeds: int = 3  # seeds the study runs of it (1: a diagnosis row, not a claim)
 
 
 # GRPO as TRL's reference run trains it: PPO-clip 0.2, token-mean loss, beta 0 (the grpo preset's k3 KL off)
@@ -199,6 +200,9 @@ METHODS = {m.name: m for m in [
            "with humanline syncing and clipping, training on reused (offline) generations matches online GRPO.", expect="match",
            note="Offline here is the preset's paper structure since 2026-12-05: 4 mini-batch updates per generation, each "
                 "completion used once. The demo run predates it and reused each whole batch for 4 updates (num_iterations 4)."),
+    # diagnosis: DisCO at the same cost (D is still computed) with its squared-hinge constraint's weight at 0
+    Method("disco_free", "DisCO without its KL constraint (diagnosis: constraint_beta 0)", "disco",
+           ("algorithm.loss_options={constraint_beta: 0.0}",), seeds=1),
     Method("grpo_offline", "GRPO, 4 updates per generation (offline control)", "grpo", BASELINE + ("algorithm.mini_batches=4",)),
     Method("spine", "SPINE (label-free)", "spine", (), "SPINE: Token-Selective Test-Time Reinforcement Learning with Entropy-Band Regularization, arXiv 2511.17938",
            "updating only high-entropy forking tokens, with an entropy band, beats TTRL without labels.", "ttrl", label_free=True),
@@ -362,7 +366,8 @@ def pending(plan: study.Plan, results: dict, seeds: int = 3) -> list[str]:
     """Lines naming, per task of the plan, the rows with fewer than ``seeds`` cached seeds at this version (still to run)."""
     lines = []
     for task in plan.tasks:
-        short = [f"`{m}` {len(results.get(task, {}).get(m, []))}" for m in METHODS if len(results.get(task, {}).get(m, [])) < seeds]
+        short = [f"`{m}` {len(results.get(task, {}).get(m, []))}" for m, row in METHODS.items()
+                 if len(results.get(task, {}).get(m, [])) < min(seeds, row.seeds)]  # a diagnosis row runs 1 seed
         if short:
             lines.append(f"- `{task}`: {', '.join(short)} (of {seeds} seeds; the study resumes where it stopped)")
     return lines
