@@ -183,7 +183,9 @@ METHODS = {m.name: m for m in [
            "grpo_offline",  # the authors' GRPO baseline runs the same 4 mini-batches per generation (verl's ppo_mini_batch_size)
            note="4 mini-batches per generation, each completion used once (the authors' scripts), since 2026-12-05; the demo "
                 "run predates it and made 2 passes over each batch. Compared with GRPO at the same structure, chosen before "
-                "any hard-task run of DisCO."),
+                "any hard-task run of DisCO. On `hard` its KL constraint (the authors' delta 1e-4, beta 1e3, set for lr 2e-6) "
+                "holds it near its start at lr 2e-5: the same seed without it (`disco_free`) reaches 40.8% over minutes 8-10 "
+                "where DisCO stays at 24.1% (docs/efficacy.md, hard-task notes)."),
     Method("lambda_grpo", "λ-GRPO", "lambda_grpo", (), "GRPO is Secretly a Process Reward Model, arXiv 2509.21154",
            "weighting each token by 1 / (completions sharing its prefix) reaches a higher accuracy faster than GRPO."),
     Method("reg_grpo", "Reg-GRPO", "reg_grpo", (), "DeepVideo-R1: Video Reinforcement Fine-Tuning via Difficulty-aware Regressive GRPO, arXiv 2506.07464",
