@@ -168,7 +168,8 @@ def run_study(plan: Plan) -> None:
         teacher = None
         for name in plan.methods:
             method = plan.method_table[name]
-            keys = {s: run_key(plan.mode, task, name, s, plan.budget_min, plan.version) for s in plan.seeds}
+            seeds = plan.seeds[: method.seeds]  # a diagnosis row runs the first of them
+            keys = {s: run_key(plan.mode, task, name, s, plan.budget_min, plan.version) for s in seeds}
             todo = [s for s, k in keys.items() if not (plan.cache_dir / f"{k}.json").exists()]
             if len(todo) < len(keys):
                 log.info("%s on %s: seed(s) %s cached", name, task, sorted(set(keys) - set(todo)))

@@ -129,7 +129,7 @@ class Method:
     needs_teacher: bool = False
     label_free: bool = False
     note: str = ""  # said after the row's verdict, e.g. that its cached runs predate a change of its preset
-    seeds: int = 3  # seeds the study runs of it (1: a diagnosis row, not a claim)
+    seeds: int = 3  # the study runs the first this many of --seeds (1: a diagnosis row, not a claim)
 
 
 # GRPO as TRL's reference run trains it: PPO-clip 0.2, token-mean loss, beta 0 (the grpo preset's k3 KL off)

@@ -251,3 +251,15 @@ def test_regenerating_the_report_keeps_the_sections_other_benchmarks_wrote(tmp_p
     assert text.startswith("# new") and "# old" not in text and "| papo | 1 |" not in text
     assert text.index("| papo | 3 |") < text.index("| win-rate | 2 |")
     assert text.count("<!-- kept:start:vision -->") == 1 and text.count("<!-- kept:end:flow -->") == 1
+
+
+def test_a_diagnosis_row_is_pending_for_its_one_seed_only():
+    from types import SimpleNamespace
+
+    plan = SimpleNamespace(tasks=["hard"])
+    full = {name: [{}] * 3 for name in efficacy.METHODS}
+    assert efficacy.pending(plan, {"hard": full}) == []
+    assert efficacy.METHODS["disco_free"].seeds == 1 and efficacy.METHODS["disco"].seeds == 3
+    one_each = {"hard": {**full, "disco_free": [{}], "disco": [{}]}}
+    assert "`disco` 1" in efficacy.pending(plan, one_each)[0] and "disco_free" not in efficacy.pending(plan, one_each)[0]
+    assert "`disco_free` 0" in efficacy.pending(plan, {"hard": {**full, "disco_free": []}})[0]
