@@ -205,6 +205,9 @@ METHODS = {m.name: m for m in [
     # diagnosis: DisCO at the same cost (D is still computed) with its squared-hinge constraint's weight at 0
     Method("disco_free", "DisCO without its KL constraint (diagnosis: constraint_beta 0)", "disco",
            ("algorithm.loss_options={constraint_beta: 0.0}",), seeds=1),
+    # diagnosis: the constraint's budget widened ~100x for 10x the authors' lr (D is second order in the step)
+    Method("disco_delta", "DisCO with delta 1e-2 (diagnosis: the constraint's budget for lr 2e-5)", "disco",
+           ("algorithm.loss_options={delta: 0.01}",), seeds=1),
     Method("grpo_offline", "GRPO, 4 updates per generation (offline control)", "grpo", BASELINE + ("algorithm.mini_batches=4",)),
     Method("spine", "SPINE (label-free)", "spine", (), "SPINE: Token-Selective Test-Time Reinforcement Learning with Entropy-Band Regularization, arXiv 2511.17938",
            "updating only high-entropy forking tokens, with an entropy band, beats TTRL without labels.", "ttrl", label_free=True),
