@@ -76,3 +76,12 @@ def test_exponent_floats_without_a_dot_are_numbers(tmp_path):
     assert load_config(path).optim.lr == 5e-5
     with pytest.raises(ConfigError, match="optim.lr must be a number"):
         load_config(overrides=["optim.lr=fast"])
+
+
+def test_exponent_floats_in_option_mappings_are_numbers(tmp_path):
+    """Option mappings are untyped: before, ``loss_options: {delta: 1e-4}`` reached DisCO as the string '1e-4'."""
+    cfg = load_config(overrides=["algorithm.loss=disco", "algorithm.loss_options={delta: 1e-8, constraint_beta: 2E3, score: log_l}"])
+    assert cfg.algorithm.loss_options == {"delta": 1e-8, "constraint_beta": 2000.0, "score": "log_l"}
+    path = tmp_path / "c.yaml"
+    path.write_text("algorithm:\n  loss: disco\n  loss_options:\n    delta: 1e-2\n    tau: '1e1'\n")
+    assert load_config(path).algorithm.loss_options == {"delta": 0.01, "tau": "1e1"}  # quoted: the user's string

@@ -82,10 +82,66 @@ def test_a_zero_gradient_batch_moves_no_weight_unless_asked(tiny_cfg):
     assert max(float((a.detach() - b).abs().max()) for b, a in zip(before, after)) > 1e-3  # it coasted
 
 
+def _disco_learn(cfg, adv):
+    """One DisCO batch of two groups of 4; returns (metrics, weights after, constraint D of each update, rows learned per update)."""
+    trainer = Trainer(cfg, *tiny_model_and_tokenizer(seed=5))
+    rows = trainer.splits.train[:2]
+    torch.manual_seed(0)
+    batch = trainer.backend.generate(trainer._prompt_texts(rows), rows, 4, SamplingParams(max_new_tokens=6, temperature=1.0))
+    seen, update = [], trainer._update
+
+    def recorded(lb, parts, *args, **kwargs):
+        out = update(lb, parts, *args, **kwargs)
+        seen.append(out[0].get("learn/skipped_rows"))
+        return out
+
+    trainer._update = recorded
+    metrics = trainer._learn(LearnBatch(rollout=batch, adv=adv, mask=batch.completion_mask.clone(),
+                                        rewards=torch.zeros(len(batch)), behaviour_logp=batch.sampling_logp))
+    return metrics, torch.cat([p.detach().flatten() for p in trainer.model.parameters()]), seen
+
+
+# group 0 tied (every advantage 0), group 1 mixed: DisCO's J pushes the three negatives down, so D > 0 after an update
+DISCO_ADV = torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0, -1.0, -1.0, -1.0])
+
+
+@pytest.mark.parametrize("delta", [1e-8, 10.0])  # the second update's constraint active / slack
+@pytest.mark.parametrize("structure", [{"algorithm.num_iterations": 2}, {"algorithm.mini_batches": 2}])
+def test_disco_leaves_out_tied_groups_only_while_its_constraint_is_slack(tiny_cfg, delta, structure):
+    """DisCO (arXiv 2505.12366): a tied question has J = 0; only the KL penalty beta [D - delta]_+ grad D reaches it.
+
+    Before issue 28's fix every DisCO update ran the tied groups' forward and backward (2-3x the cost
+    of a step on the hard task). The first update (at the sampler's weights, D unmeasured) and any
+    update whose D <= delta now leave the tied group out; an update whose D > delta keeps it. The
+    weights equal those of a run that skips nothing, in every case.
+    """
+    common = {"algorithm.loss": "disco", "algorithm.loss_options": {"delta": delta}, "optim.lr": 0.001, **structure}
+    plain_m, plain_w, plain_seen = _disco_learn(tiny_cfg(**{"train.skip_zero_advantage": False, **common}), DISCO_ADV)
+    skip_m, skip_w, seen = _disco_learn(tiny_cfg(**common), DISCO_ADV)
+    torch.testing.assert_close(skip_w, plain_w, atol=1e-6, rtol=1e-5)
+    assert skip_m["learn/updates"] == plain_m["learn/updates"]
+    if "algorithm.num_iterations" in structure:
+        assert plain_seen == [0.0, 0.0]
+        assert seen[0] == 0.5  # the first update: the tied group is left out
+        assert seen[1] == (0.0 if delta < 1 else 0.5)  # the second: kept while D > delta
+        assert skip_m["disco/constraint_kl"] > 1e-3
+    elif delta > 1:  # one group per mini-batch: the tied one has no gradient, an update of size 0 wherever it comes
+        assert skip_m["learn/updates"] == 1.0 and None in seen
+    else:  # after the mixed group's update the tied one is pulled back by the penalty; before it, nothing
+        assert skip_m["learn/updates"] == (2.0 if seen[0] is not None else 1.0)
+
+
+def test_disco_all_tied_batch_takes_no_update(tiny_cfg):
+    cfg = tiny_cfg(**{"algorithm.loss": "disco", "algorithm.num_iterations": 2, "optim.lr": 0.01})
+    metrics, _, seen = _disco_learn(cfg, torch.zeros(8))
+    assert metrics["learn/updates"] == 0.0 and metrics["learn/skipped_rows"] == 1.0 and seen == []
+
+
 def test_rows_are_kept_when_a_term_has_gradient_without_advantage(tiny_cfg):
-    for overrides in ({"algorithm.beta": 0.04}, {"algorithm.entropy_coef": 0.01}, {"algorithm.loss": "disco"}):
+    for overrides in ({"algorithm.beta": 0.04}, {"algorithm.entropy_coef": 0.01},
+                      {"algorithm.loss": "disco", "algorithm.loss_options": {"local_constraint": True}}):
         metrics, _ = _learn_once(tiny_cfg(**overrides), (0.0, 1.0))
-        assert "learn/skipped_rows" not in metrics, overrides
+        assert metrics.get("learn/skipped_rows", 0.0) == 0.0, overrides  # DisCO reports its per-update count: 0 here
 
 
 def test_a_zero_gradient_batch_still_counts_for_update_hooks(tiny_cfg):

@@ -119,8 +119,31 @@ def _disco(
     return loss, metrics
 
 
+def tied_groups_have_no_gradient(
+    constraint_kl: Optional[torch.Tensor], *, delta: float = 1e-4, constraint_beta: float = 1e3, local_constraint: bool = False,
+) -> bool:
+    """Whether a question whose completions all have advantage 0 adds exactly 0 to this update's gradient.
+
+    Its J(q) is 0 (no positive and negative), so only the penalty reaches it, with gradient
+    beta [D - delta]_+ grad D: 0 when beta = 0, when the trainer's batch-level D (``constraint_kl``)
+    is at most delta, or when no D is given and the penalty is off (the batch's first update, at
+    the sampler's weights). With ``local_constraint`` D is the micro-batch's own, unknown before
+    its forward (and changed by leaving rows out): never. The learner then leaves such groups out
+    of the forward/backward, as it does for PPO-clip's all-zero rows.
+    """
+    if constraint_beta == 0:
+        return True
+    if constraint_kl is not None:
+        return float(constraint_kl) <= delta
+    return not local_constraint
+
+
+_ZERO = {"zero_advantage_zero_gradient": tied_groups_have_no_gradient}
+
+
 @POLICY_LOSSES.register(
     "disco", inputs=("group_ids",), optional=("constraint_kl",), groupwise=True, aggregations=("seq_mean_token_mean",), token_level=False,
+    **_ZERO,
 )
 def disco_loss(
     inp: LossInputs,
@@ -147,6 +170,7 @@ def disco_loss(
 
 @POLICY_LOSSES.register(
     "disco_b", inputs=("group_ids",), optional=("constraint_kl",), groupwise=True, aggregations=("seq_mean_token_mean",), token_level=False,
+    **_ZERO,
 )
 def disco_b_loss(
     inp: LossInputs,

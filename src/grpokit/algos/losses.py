@@ -20,7 +20,8 @@ from grpokit.registry import Registry
 POLICY_LOSSES = Registry(
     "loss",
     # groupwise: needs whole groups per micro-batch; zero_advantage_zero_gradient: a token with
-    # advantage 0 has gradient exactly 0 at every ratio (the learner may skip all-zero rows);
+    # advantage 0 has gradient exactly 0 at every ratio (the learner may skip all-zero rows), or a
+    #   function (constraint_kl, **options) -> bool saying so for one update (DisCO's penalty);
     # option_schedule: fn(step, **options) -> options updated before each step's update
     # ratios: the values of algorithm.ratio the loss computes with (None: any registered ratio;
     #   its signature then takes ``ratio``); 'token', the field's default, also stands for "no ratio"

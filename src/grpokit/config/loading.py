@@ -24,6 +24,26 @@ class ConfigError(ValueError):
     """A user configuration mistake; the message names the field."""
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML with YAML 1.2's numbers: ``1e-4`` is a float, as in JSON and every ML config, not PyYAML's string.
+
+    Typed fields coerce such strings anyway; free-form option mappings (``algorithm.loss_options``
+    and the like) would otherwise hand the method a string. Quote a value to keep it a string.
+    """
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` with YAML 1.2 exponent floats (see :class:`_Loader`)."""
+    return yaml.load(text, Loader=_Loader)
+
+
 def preset_names() -> list[str]:
     """Names of the preset YAML files shipped in ``grpokit/presets``."""
     folder = resources.files("grpokit") / "presets"
@@ -37,7 +57,7 @@ def read_preset(name: str, _seen: tuple = ()) -> dict:
     if name in _seen:
         raise ConfigError(f"presets build on each other in a cycle: {' -> '.join(_seen + (name,))}")
     text = (resources.files("grpokit") / "presets" / f"{name}.yaml").read_text()
-    data = yaml.safe_load(text) or {}
+    data = load_yaml(text) or {}
     base = data.pop("preset", None)
     if not base:
         return data
@@ -52,7 +72,7 @@ def read_yaml(path: str | Path) -> dict:
     if not p.is_file():
         raise ConfigError(f"config file '{path}' does not exist")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = load_yaml(p.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file '{path}' is not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
@@ -112,7 +132,7 @@ def apply_set(data: dict, assignment: str, components: bool = True) -> dict:
         raise ConfigError(f"--set '{assignment}' must look like section.field=value")
     dotted, raw = assignment.split("=", 1)
     keys = dotted.strip().split(".")
-    value = yaml.safe_load(raw) if raw.strip() else None
+    value = load_yaml(raw) if raw.strip() else None
     nested: Any = value
     for key in reversed(keys):
         nested = {key: nested}

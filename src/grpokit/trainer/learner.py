@@ -126,6 +126,17 @@ def rows_with_gradient(adv: torch.Tensor, loss_mask: torch.Tensor, weights: Opti
     return None if bool(keep.all()) else keep
 
 
+def whole_groups(keep: torch.Tensor, group_ids: torch.Tensor) -> Optional[torch.Tensor]:
+    """``[B]`` bool: every row of a group in which ``keep [B]`` has a row; None if that is every row.
+
+    For a group-wise loss (DisCO spreads a question's term over all its rows), where only whole
+    groups without gradient can be left out.
+    """
+    kept_groups = group_ids[keep]
+    out = torch.isin(group_ids, kept_groups)
+    return None if bool(out.all()) else out
+
+
 def micro_batches(
     batch: RolloutBatch, size: int, rows: Optional[slice | torch.Tensor] = None
 ) -> list[tuple[torch.Tensor, RolloutBatch]]:

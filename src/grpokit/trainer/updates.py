@@ -23,7 +23,7 @@ import torch
 from grpokit.registry import call_with
 from grpokit.trainer import producers, setup
 from grpokit.trainer.learn_batch import LearnBatch, mini_batch_rows
-from grpokit.trainer.learner import accumulate_gradients, rows_with_gradient
+from grpokit.trainer.learner import accumulate_gradients, rows_with_gradient, whole_groups
 from grpokit.trainer.memory import allocate_gradients, release_free_memory
 
 
@@ -50,7 +50,7 @@ class UpdateSteps:
                 self._empty_update()
             return {"loss": 0.0, "grad_norm": 0.0, "learn/updates": 0.0, "learn/skipped_rows": 1.0}  # exactly 0 both
         self.model.train()
-        keep = live if self.cfg.train.skip_zero_advantage and not self.learners.distributed else None
+        keep = live if self._skips_rows and not self._zero_gradient_per_update else None  # per update: decided in _update
         parts = self.learners.parts(lb.rollout, self.cfg.train.micro_batch_size, keep)  # all of it, or this rank's whole groups
         scored = producers.scheduled(self.needs, "scored", algo.updates_per_batch)  # from the methods' declared inputs
         producers.produce(scored, self.policy, lb, parts, self.learners)
@@ -61,11 +61,12 @@ class UpdateSteps:
             self.objective.loss_options.update(call_with(schedule, self.step, context=self.objective.loss_options))
         self.objective.correction, correction_metrics = setup.correction_for(self.cfg, lb.rollout, self.step)
         minis = [None] if algo.mini_batches == 1 else mini_batch_rows(lb.rollout.group_ids, algo.mini_batches, self._split_seed())
+        static_live = None if self._zero_gradient_per_update else live  # a row left out of every update of this batch
         applied, done, moved = 0, 0, []
         for _ in range(algo.num_iterations):
             last_pass: list[dict[str, float]] = []
             for rows in minis:
-                learn, stale, stepped = self._update(lb, parts, keep, live, rows, first=done == 0, rescore=moved)
+                learn, stale, stepped = self._update(lb, parts, keep, static_live, rows, first=done == 0, rescore=moved)
                 last_pass.append(learn)
                 applied, done = applied + stepped, done + 1
                 stale = [name for name in scored if name in stale]
@@ -95,13 +96,21 @@ class UpdateSteps:
             producers.produce(rescore, self.policy, lb, parts, self.learners)
         if not first:
             producers.produce(producers.scheduled(self.needs, "per_update"), self.policy, lb, parts, self.learners)
+        skipped = {}
+        if self._zero_gradient_per_update:  # e.g. DisCO: the tied groups' gradient is 0 while its constraint is slack
+            live = self._rows_with_gradient(lb)  # of this (mini-)batch, given the statistic just produced
+            if live is not None and not bool(live.any()) and not self.cfg.optim.step_without_gradient:
+                return {"loss": 0.0, "grad_norm": 0.0}, self._empty_update(), False
+            if live is not None and self._skips_rows:
+                parts = self.learners.parts(lb.rollout, self.cfg.train.micro_batch_size, live)
+            skipped = {"learn/skipped_rows": 0.0 if live is None or not self._skips_rows else 1.0 - float(live.float().mean())}
         if not self.learners.sharded:  # FSDP gives the shards their gradients
             allocate_gradients(list(self.policy.trainable_parameters()))
         learn = accumulate_gradients(self.policy, parts, lb, self.objective)
         learn = self.learners.reduce_metrics(learn, parts, lb.mask)
         stale = [name for hook in self.update_hooks for name in hook(self.context, self.updates + 1)]  # pre-update weights
         learn["grad_norm"] = self._optimizer_step()
-        return learn, stale, self._steps(learn["grad_norm"])
+        return {**learn, **skipped}, stale, self._steps(learn["grad_norm"])
 
     def _empty_update(self) -> list[str]:
         """An update of size 0: the hooks (a reference sync every k) and the schedule count it, AdamW does not step.
@@ -116,16 +125,40 @@ class UpdateSteps:
         """The seed of this step's mini-batch split: a function of ``train.seed`` and the step (exact on resume)."""
         return self.cfg.train.seed * 1_000_003 + self.step
 
+    @property
+    def _zero_gradient_per_update(self) -> bool:
+        """Whether the loss's zero-advantage property depends on a per-update statistic (a callable registration)."""
+        return callable(self.loss_spec.zero_advantage_zero_gradient)
+
+    @property
+    def _skips_rows(self) -> bool:
+        """Whether rows without gradient are left out of the forward/backward (one learner, ``train.skip_zero_advantage``)."""
+        return self.cfg.train.skip_zero_advantage and not self.learners.distributed
+
     def _rows_with_gradient(self, lb: LearnBatch) -> Optional[torch.Tensor]:
-        """``[B]`` rows that can have a gradient (see learner.rows_with_gradient), None when any row may."""
+        """``[B]`` rows that can have a gradient (see learner.rows_with_gradient), None when any row may.
+
+        A loss registered with a callable ``zero_advantage_zero_gradient(constraint_kl, **options)``
+        (DisCO: its KL penalty has a gradient on every row while ``D > delta``) is asked with the
+        batch's current statistic (None before the first update: the weights are the sampler's).
+        Before a batch's first update that makes an all-zero batch skippable by induction: no update
+        moves the weights, so every later update's statistic is 0 as well. A group-wise loss keeps
+        or leaves out whole groups (a mixed group's row with advantage 0 still shares its group's term).
+        """
         algo = self.cfg.algorithm
-        if not self.loss_spec.zero_advantage_zero_gradient:
+        holds = self.loss_spec.zero_advantage_zero_gradient
+        if callable(holds):
+            holds = call_with(holds, lb.constraint_kl, context=self.objective.loss_options)
+        if not holds:
             return None  # only losses whose gradient is exactly 0 where the advantage is 0
         # reference log-probs alone do not stop it: the KL term exists only with beta > 0, and a loss that reads
         # ref_logp (humanline) has declared that its own gradient is 0 where the advantage is
         if algo.beta > 0 or algo.entropy_coef > 0 or algo.entropy_band_coef > 0 or "teacher_logp" in self.needs:
             return None  # a KL, entropy or distillation term has a gradient on every row
-        return rows_with_gradient(lb.adv, lb.mask, lb.token_weights)  # advantages are the same on every rank
+        live = rows_with_gradient(lb.adv, lb.mask, lb.token_weights)  # advantages are the same on every rank
+        if live is not None and self.loss_spec.groupwise:
+            live = whole_groups(live, lb.rollout.group_ids)
+        return live
 
     @property
     def updates(self) -> int:
