@@ -11,7 +11,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import efficacy  # noqa: E402
 import gspo_clip_probe  # noqa: E402
-from grpokit.rewards.builtin import REWARDS  # noqa: E402
 
 
 def test_would_clip_only_on_the_side_the_advantage_pushes():
@@ -24,14 +23,14 @@ def test_would_clip_only_on_the_side_the_advantage_pushes():
     assert not gspo_clip_probe.would_clip(0.5, 0.0, low, high)  # no advantage, nothing to clip
 
 
+def odd_length(prompts, completions, **kw):
+    return [float(len(c) % 2) for c in completions]
+
+
 @pytest.fixture
 def odd_length_reward(monkeypatch):
     """The hard task scored by completion length parity, so that a tiny random model's groups have advantages."""
-    name = "test_odd_length"
-    REWARDS.register(name)(lambda prompts, completions, **kw: [float(len(c) % 2) for c in completions])
-    monkeypatch.setitem(efficacy.TASKS, "hard", dataclasses.replace(efficacy.TASKS["hard"], reward=name))
-    yield
-    REWARDS._specs.pop(name)
+    monkeypatch.setitem(efficacy.TASKS, "hard", dataclasses.replace(efficacy.TASKS["hard"], reward=f"{__file__}:odd_length"))
 
 
 def test_probe_measures_one_update_on_one_group(odd_length_reward):

@@ -74,3 +74,18 @@ def test_missing_module_and_broken_file(tmp_path):
     path.write_text("def f(:\n")
     with pytest.raises(RewardLoadError, match="importing .*broken.py failed: SyntaxError"):
         resolve_reward(f"{path}:f")
+
+
+def test_accuracy_reward_names_a_file_reward_by_its_spec_or_its_function(tmp_path):
+    """eval.accuracy_reward may repeat the rewards entry ('file.py:fn'); the reward is listed as 'fn'."""
+    from grpokit.config import load_config
+    from grpokit.rewards.scoring import NamedReward
+    from grpokit.trainer.setup import accuracy_judge
+
+    path = tmp_path / "my_rewards.py"
+    path.write_text(USER_REWARDS)
+    rewards = [NamedReward("answer_match", REWARDS.get("answer_match")), NamedReward("shout", resolve_reward(f"{path}:shout"))]
+    for judge in (f"{path}:shout", "shout"):
+        assert accuracy_judge(load_config(overrides=[f"eval.accuracy_reward={judge}"]), rewards).name == "shout"
+    with pytest.raises(ValueError, match="eval.accuracy_reward 'whisper' is not one of the run's rewards"):
+        accuracy_judge(load_config(overrides=["eval.accuracy_reward=whisper"]), rewards)

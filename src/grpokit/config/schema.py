@@ -294,7 +294,7 @@ class EvalConfig:
     every: int = opt(0, "evaluate every N steps (0 = only before/after)", ge=0)
     batch_size: int = opt(64, "prompts per greedy generation batch", ge=1)
     max_new_tokens: int = opt(32, "completion cap during eval", ge=1)
-    accuracy_reward: Optional[str] = opt(None, "reward whose value (1 = correct) is the accuracy; null = first reward")
+    accuracy_reward: Optional[str] = opt(None, "reward whose value (1 = correct) is the accuracy: its name in rewards (a 'file.py:fn' reward by fn or the whole spec); null = first reward")
 
 
 def report_to_list(value: Any) -> list:

@@ -217,6 +217,7 @@ def new_state(registry_spec: Any) -> Any:
 def accuracy_judge(cfg: Config, rewards: list[NamedReward]) -> NamedReward:
     """The reward whose value (1 = correct) is the run's accuracy (``eval.accuracy_reward``, else the first)."""
     judge = cfg.eval.accuracy_reward or rewards[0].name
+    judge = judge.split(":")[-1] if ":" in judge else judge  # a 'path.py:fn' reward, named as in the reward list
     matches = [r for r in rewards if r.name == judge]
     if not matches:
         raise ValueError(f"eval.accuracy_reward '{judge}' is not one of the run's rewards: {[r.name for r in rewards]}")
