@@ -82,9 +82,13 @@ def test_a_zero_gradient_batch_moves_no_weight_unless_asked(tiny_cfg):
     assert max(float((a.detach() - b).abs().max()) for b, a in zip(before, after)) > 1e-3  # it coasted
 
 
-def _disco_learn(cfg, adv):
-    """One DisCO batch of two groups of 4; returns (metrics, weights after, constraint D of each update, rows learned per update)."""
+def _disco_learn(cfg, adv, step=0):
+    """One DisCO batch of two groups of 4 at trainer step ``step`` (it seeds the mini-batch order).
+
+    Returns (metrics, weights after, each update's fraction of rows left out: None where it did not say).
+    """
     trainer = Trainer(cfg, *tiny_model_and_tokenizer(seed=5))
+    trainer.step = step
     rows = trainer.splits.train[:2]
     torch.manual_seed(0)
     batch = trainer.backend.generate(trainer._prompt_texts(rows), rows, 4, SamplingParams(max_new_tokens=6, temperature=1.0))
@@ -106,18 +110,20 @@ DISCO_ADV = torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0, -1.0, -1.0, -1.0])
 
 
 @pytest.mark.parametrize("delta", [1e-8, 10.0])  # the second update's constraint active / slack
-@pytest.mark.parametrize("structure", [{"algorithm.num_iterations": 2}, {"algorithm.mini_batches": 2}])
-def test_disco_leaves_out_tied_groups_only_while_its_constraint_is_slack(tiny_cfg, delta, structure):
+@pytest.mark.parametrize("structure, step", [({"algorithm.num_iterations": 2, "optim.lr": 0.001}, 0),
+                                             ({"algorithm.mini_batches": 2, "optim.lr": 0.01}, 0),   # the tied group's mini-batch first
+                                             ({"algorithm.mini_batches": 2, "optim.lr": 0.01}, 1)])  # the mixed group's first
+def test_disco_leaves_out_tied_groups_only_while_its_constraint_is_slack(tiny_cfg, delta, structure, step):
     """DisCO (arXiv 2505.12366): a tied question has J = 0; only the KL penalty beta [D - delta]_+ grad D reaches it.
 
-    Before issue 28's fix every DisCO update ran the tied groups' forward and backward (2-3x the cost
-    of a step on the hard task). The first update (at the sampler's weights, D unmeasured) and any
+    Before issue 28's fix every DisCO update ran the tied groups' forward and backward (its hard-task
+    steps took 12-15 s against 5 s for GRPO with the same mini-batches). The first update (at the sampler's weights, D unmeasured) and any
     update whose D <= delta now leave the tied group out; an update whose D > delta keeps it. The
     weights equal those of a run that skips nothing, in every case.
     """
-    common = {"algorithm.loss": "disco", "algorithm.loss_options": {"delta": delta}, "optim.lr": 0.001, **structure}
-    plain_m, plain_w, plain_seen = _disco_learn(tiny_cfg(**{"train.skip_zero_advantage": False, **common}), DISCO_ADV)
-    skip_m, skip_w, seen = _disco_learn(tiny_cfg(**common), DISCO_ADV)
+    common = {"algorithm.loss": "disco", "algorithm.loss_options": {"delta": delta}, **structure}  # lr: D > 0 after an update
+    plain_m, plain_w, plain_seen = _disco_learn(tiny_cfg(**{"train.skip_zero_advantage": False, **common}), DISCO_ADV, step)
+    skip_m, skip_w, seen = _disco_learn(tiny_cfg(**common), DISCO_ADV, step)
     torch.testing.assert_close(skip_w, plain_w, atol=1e-6, rtol=1e-5)
     assert skip_m["learn/updates"] == plain_m["learn/updates"]
     if "algorithm.num_iterations" in structure:
@@ -126,9 +132,11 @@ def test_disco_leaves_out_tied_groups_only_while_its_constraint_is_slack(tiny_cf
         assert seen[1] == (0.0 if delta < 1 else 0.5)  # the second: kept while D > delta
         assert skip_m["disco/constraint_kl"] > 1e-3
     elif delta > 1:  # one group per mini-batch: the tied one has no gradient, an update of size 0 wherever it comes
-        assert skip_m["learn/updates"] == 1.0 and None in seen
-    else:  # after the mixed group's update the tied one is pulled back by the penalty; before it, nothing
-        assert skip_m["learn/updates"] == (2.0 if seen[0] is not None else 1.0)
+        assert skip_m["learn/updates"] == 1.0 and sorted(seen) == [0.0, 1.0] and skip_m["learn/skipped_rows"] == 0.5
+    elif step == 1:  # after the mixed group's update (D > delta) the penalty pulls the tied group back: a real update
+        assert seen == [0.0, 0.0] and skip_m["learn/updates"] == 2.0 and skip_m["disco/constraint_kl"] > 1e-3
+    else:  # before it the weights are the sampler's (D = 0): an update of size 0
+        assert seen == [1.0, 0.0] and skip_m["learn/updates"] == 1.0
 
 
 def test_disco_all_tied_batch_takes_no_update(tiny_cfg):

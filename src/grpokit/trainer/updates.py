@@ -39,7 +39,9 @@ class UpdateSteps:
         (every advantage 0 under a loss with no other term) gets updates of size 0, unless
         ``optim.step_without_gradient``: they count in the learning-rate schedule, which then stays
         a function of the step. The step still counts towards ``train.steps``. Metrics are those of
-        the last pass, averaged over its mini-batches.
+        the last pass, averaged over its mini-batches. ``learn/skipped_rows``: the fraction of the batch's
+        rows left out of the learner; for a loss that decides per update (DisCO), the mean over the last
+        pass's updates of the fraction each left out.
         """
         algo = self.cfg.algorithm
         if not bool(lb.mask.any()):
@@ -100,7 +102,7 @@ class UpdateSteps:
         if self._zero_gradient_per_update:  # e.g. DisCO: the tied groups' gradient is 0 while its constraint is slack
             live = self._rows_with_gradient(lb)  # of this (mini-)batch, given the statistic just produced
             if live is not None and not bool(live.any()) and not self.cfg.optim.step_without_gradient:
-                return {"loss": 0.0, "grad_norm": 0.0}, self._empty_update(), False
+                return {"loss": 0.0, "grad_norm": 0.0, "learn/skipped_rows": 1.0}, self._empty_update(), False
             if live is not None and self._skips_rows:
                 parts = self.learners.parts(lb.rollout, self.cfg.train.micro_batch_size, live)
             skipped = {"learn/skipped_rows": 0.0 if live is None or not self._skips_rows else 1.0 - float(live.float().mean())}
