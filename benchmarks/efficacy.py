@@ -190,9 +190,11 @@ METHODS = {m.name: m for m in [
            "weighting each token by 1 / (completions sharing its prefix) reaches a higher accuracy faster than GRPO."),
     Method("reg_grpo", "Reg-GRPO", "reg_grpo", (), "DeepVideo-R1: Video Reinforcement Fine-Tuning via Difficulty-aware Regressive GRPO, arXiv 2506.07464",
            "regressing the advantage onto the policy's log-ratio instead of clipping beats GRPO.",
-           note="Stale: measured with the earlier preset (β 0, two updates per batch, ρ = 0 on every batch's first update); "
-                "the preset now has β 0.1, one update per batch and ρ against the policy one update behind, and this row "
-                "was not measured again."),
+           note="The demo run is stale: measured with the earlier preset (β 0, two updates per batch, ρ = 0 on every batch's "
+                "first update); the preset now has β 0.1, one update per batch and ρ against the policy one update behind, "
+                "which the hard-task runs (2026-12-06) have. On `hard` it takes 41 steps in 10 minutes against GRPO's 102-118 "
+                "(β's KL term keeps every row in the learner, beside the reference and previous-policy forwards); at equal "
+                "steps it is level with GRPO up to step 30 (docs/efficacy.md, hard-task notes)."),
     Method("kdrl", "KDRL", "kdrl", (), "KDRL: Post-Training Reasoning LLMs via Unified Knowledge Distillation and Reinforcement Learning, arXiv 2506.02208",
            "adding reverse-KL distillation from a teacher to GRPO beats GRPO alone (the teacher's training is not counted here).",
            needs_teacher=True),
