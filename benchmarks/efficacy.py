@@ -198,8 +198,10 @@ METHODS = {m.name: m for m in [
     Method("kdrl", "KDRL", "kdrl", (), "KDRL: Post-Training Reasoning LLMs via Unified Knowledge Distillation and Reinforcement Learning, arXiv 2506.02208",
            "adding reverse-KL distillation from a teacher to GRPO beats GRPO alone (the teacher's training is not counted here).",
            needs_teacher=True),
-    Method("humanline_online", "Humanline (online)", "humanline", ("algorithm.num_iterations=1",), HUMANLINE,
-           "humanline syncing and clipping in the loss do at least as well as online GRPO.", expect="match"),
+    Method("humanline_online", "Humanline (online)", "humanline", ("algorithm.num_iterations=1", "algorithm.mini_batches=1"), HUMANLINE,
+           "humanline syncing and clipping in the loss do at least as well as online GRPO.", expect="match",
+           note="One update per generation (the preset's 4 mini-batches off) since 2026-12-06: from 2026-12-05 this row "
+                "kept the preset's mini-batches, so it was the offline row; its one run then was discarded."),
     Method("humanline_offline", "Humanline (offline)", "humanline", (), HUMANLINE,
            "with humanline syncing and clipping, training on reused (offline) generations matches online GRPO.", expect="match",
            note="Offline here is the preset's paper structure since 2026-12-05: 4 mini-batch updates per generation, each "

@@ -163,6 +163,18 @@ def test_every_row_of_the_method_table_loads_at_this_code_version():
         assert (cfg.rollout.temperature, cfg.optim.lr, cfg.data.n_train) == (0.8, 2e-5, 55), m.name  # the task's, not the preset's
 
 
+def test_online_rows_update_once_per_generation_and_offline_rows_more():
+    """An "online" row must stay on-policy whatever its preset's structure: humanline_online set only num_iterations=1,
+    and when the preset took 4 mini-batches per generation (2026-12-05) it became the offline row (caught 2026-12-06)."""
+    def updates(name):
+        return efficacy.build_config(efficacy.METHODS[name], efficacy.TASKS["hard"], 0, efficacy.STUDY, "/tmp/x", "cpu").algorithm.updates_per_batch
+
+    online = [m for m in efficacy.METHODS if m.endswith("_online")]
+    assert online and all(updates(m) == 1 for m in online)
+    assert all(updates(m) > 1 for m in efficacy.METHODS if m.endswith("_offline"))
+    assert updates("grpo") == 1
+
+
 def test_probe_scores_a_candidate_task_with_its_own_reward_and_judge(tmp_path):
     import dataclasses
 
