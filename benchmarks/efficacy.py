@@ -214,7 +214,10 @@ METHODS = {m.name: m for m in [
            ("algorithm.loss_options={delta: 0.01}",), seeds=1),
     Method("grpo_offline", "GRPO, 4 updates per generation (offline control)", "grpo", BASELINE + ("algorithm.mini_batches=4",)),
     Method("spine", "SPINE (label-free)", "spine", (), "SPINE: Token-Selective Test-Time Reinforcement Learning with Entropy-Band Regularization, arXiv 2511.17938",
-           "updating only high-entropy forking tokens, with an entropy band, beats TTRL without labels.", "ttrl", label_free=True),
+           "updating only high-entropy forking tokens, with an entropy band, beats TTRL without labels.", "ttrl", label_free=True,
+           note="The policy term is a token mean over the forks since 2026-12-06 (it was divided by all valid tokens, "
+                "about 5x weaker at rho 0.2, under sequence-mean aggregation); the demo run predates it, the hard-task "
+                "runs have it."),
     Method("ttrl", "TTRL (label-free)", "ttrl", (), "TTRL: Test-Time Reinforcement Learning, arXiv 2504.16084",
            "RL on unlabelled prompts with majority-vote pseudo-rewards raises accuracy over the starting model.", "before", "gain",
            label_free=True),

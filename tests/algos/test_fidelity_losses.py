@@ -116,6 +116,41 @@ def test_spine_selected_kl_sums_over_micro_batches_with_the_batch_fork_count():
     torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
 
 
+def test_spine_policy_term_is_the_mean_over_the_forks():
+    # on-policy PPO: loss_it = -A_i; forks f = [[1,0,0],[0,1,0]] of 5 valid tokens, A = [1, 0.5]
+    # token mean over the forks (the forking-token code: response_mask * entropy_top_mask):
+    # L = (-1 - 0.5) / 2 = -0.75, dL/dl = -A / 2 on each fork = [-0.5, -0.25]
+    # (over all 5 valid tokens, the fault: -0.3 and [-0.2, -0.1], 2.5x weaker here, 1/rho = 5x at rho 0.2)
+    logp, mask, forks, _ = _fork_batch()
+    inp = LossInputs(logp=logp, old_logp=logp.detach(), adv=torch.tensor([1.0, 0.5]), mask=mask, token_weights=forks)
+    loss, _ = grpo_objective(inp, ObjectiveTerms(PPO, TOKEN_MEAN, kl_scope="selected"))
+    loss.backward()
+    assert float(loss) == pytest.approx(-0.75, rel=1e-6)
+    torch.testing.assert_close(logp.grad, torch.tensor([[-0.5, 0.0, 0.0], [0.0, -0.25, 0.0]]), rtol=1e-6, atol=0.0)
+    # weights that are not a selection keep the mask as the normaliser: 5 tokens
+    lp = logp.detach().clone().requires_grad_(True)
+    inp = LossInputs(logp=lp, old_logp=lp.detach(), adv=torch.tensor([1.0, 0.5]), mask=mask, token_weights=forks)
+    loss, _ = grpo_objective(inp, ObjectiveTerms(PPO, TOKEN_MEAN, kl_scope="weighted"))
+    assert float(loss) == pytest.approx(-0.3, rel=1e-6)
+
+
+def test_spine_policy_term_sums_over_micro_batches_with_the_batch_fork_count():
+    logp, mask, forks, ref = _fork_batch()
+    old = logp.detach() + torch.tensor([[0.05, -0.02, 0.01], [0.03, 0.0, 0.0]])
+    grads = []
+    for parts in ([slice(0, 2)], [slice(0, 1), slice(1, 2)]):
+        lp = logp.detach().clone().requires_grad_(True)
+        for rows in parts:
+            inp = LossInputs(logp=lp[rows], old_logp=old[rows], adv=torch.tensor([1.0, -0.5])[rows], mask=mask[rows],
+                             ref_logp=ref[rows], token_weights=forks[rows])
+            loss, _ = grpo_objective(inp, ObjectiveTerms(PPO, TOKEN_MEAN, kl_estimator=K3, beta=0.1, kl_scope="selected"),
+                                     BatchTotals(num_tokens=5.0, num_selected=2.0))
+            loss.backward()
+        grads.append(lp.grad)
+    assert float(grads[0].abs().max()) > 0
+    torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
+
+
 def test_unknown_kl_scope_is_refused():
     with pytest.raises(ValueError, match="kl_scope"):
         ObjectiveTerms(PPO, SMTM, kl_scope="forks")

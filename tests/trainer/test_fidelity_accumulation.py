@@ -55,7 +55,8 @@ def test_disco_with_active_constraint_is_micro_batch_invariant(rollout):
 
 
 def test_spine_fork_kl_is_micro_batch_invariant(rollout):
-    """token_weights 'forking' declares kl_scope 'selected': the learner normalises the KL by the batch's fork count."""
+    """token_weights 'forking' declares kl_scope 'selected': the learner normalises the policy term and the KL by the
+    batch's fork count (token mean over the forks), so micro-batches sum to the full batch."""
     policy, batch = rollout
     cfg = load_config(preset="spine", overrides=["algorithm.beta=0.1", "algorithm.entropy_band_coef=0.0"])
     objective = Objective.from_config(cfg, POLICY_LOSSES.get("ppo_clip"))
@@ -63,10 +64,10 @@ def test_spine_fork_kl_is_micro_batch_invariant(rollout):
     objective.kl_estimator, objective.max_len = KL_ESTIMATORS.get("k3"), 6
     mask = batch.completion_mask.float()
     forks = (torch.rand(mask.shape, generator=torch.Generator().manual_seed(0)) > 0.6).float() * mask
-    lb = LearnBatch(rollout=batch, adv=torch.zeros(8), mask=mask, rewards=torch.zeros(8),
+    lb = LearnBatch(rollout=batch, adv=torch.linspace(-1.0, 1.0, 8), mask=mask, rewards=torch.zeros(8),
                     behaviour_logp=batch.sampling_logp, token_weights=forks)
     score_inputs(policy, lb, micro_batches(batch, 8), ["old_logp"])
-    lb.ref_logp, lb.old_logp = lb.old_logp + 0.1, None  # a fixed, different reference; A = 0: the KL alone
+    lb.ref_logp, lb.old_logp = lb.old_logp + 0.1, None  # a fixed, different reference; on-policy policy term
     g_full, _ = _grads(policy, lb, micro_batches(batch, 8), objective)
     g_acc, _ = _grads(policy, lb, micro_batches(batch, 1), objective)
     assert g_full.abs().max() > 0

@@ -39,8 +39,9 @@ class ObjectiveTerms:
     loss_options:       keyword options offered to the loss, which takes the keys its signature names
                         (ε_low, ε_high, ratio, …; unknown user keys are refused at config load)
     kl_options:         keyword options offered to the estimator (e.g. ``clamp``)
-    kl_scope:           how token weights meet β·KL, the token weighting's declared ``kl_scope``:
-                        'weighted' or 'selected' (equations in :func:`grpo_objective`)
+    kl_scope:           the token weighting's declared ``kl_scope``: 'weighted' (weights, the mask
+                        normalises) or 'selected' (a selection: it normalises, and the KL acts on it
+                        alone; equations in :func:`grpo_objective`)
     kl_aggregate:       the loss's own reduction of β·KL (its declared ``kl_aggregation``), called like
                         ``aggregate``: ``L = Agg[loss] + β KLAgg[KL]``; None: β·KL is added per token
     entropy_coef:       c: an entropy bonus ``-c H_it`` per token (``inp.entropy`` must carry gradient); 0: none
@@ -104,14 +105,18 @@ def grpo_objective(
     ``inp`` carries the ``[B, T]`` data, ``terms`` the method, ``totals`` the optimizer batch's
     normalisers (so gradient accumulation over micro-batches sums to exactly the full-batch loss;
     ``num_seqs`` / ``num_tokens`` are also offered to the loss, e.g. DisCO's constraint takes them).
-    ``inp.token_weights [B, T]`` (λ-GRPO, forking tokens, …) multiply the per-token loss; the mask
-    stays the normaliser. ``terms.kl_scope`` says how they meet the β·KL term:
+    ``inp.token_weights [B, T]`` (λ-GRPO, forking tokens, …) multiply the per-token loss.
+    ``terms.kl_scope`` says whether they are weights or a selection, and how they meet β·KL:
 
-        'weighted':  L = Agg[ w_it (loss_it + β KL_it) ]                      (λ-GRPO's code)
-        'selected':  L = Agg[ w_it loss_it ] + β Σ_{w_it>0} KL_it / N_sel     (SPINE's masked KL)
+        'weighted':  L = Agg_m[ w_it (loss_it + β KL_it) ]                          (λ-GRPO's code)
+        'selected':  L = Agg_{m·1[w>0]}[ w_it loss_it ] + β Σ_{w_it>0} KL_it / N_sel  (SPINE)
 
-    with ``N_sel = totals.num_selected``, the optimizer batch's count of selected loss tokens
-    (default: this micro-batch's), so micro-batches sum to the full-batch term. With weights equal
+    'weighted' keeps the mask ``m`` as the normaliser; 'selected' aggregates over the selected
+    tokens alone (token mean: ``Σ f·loss / Σ f``), as the forking-token authors' code aggregates
+    with ``response_mask * entropy_top_mask`` ("Beyond the 80/20 Rule", arXiv 2506.01939, whose
+    selection SPINE adopts). ``N_sel = totals.num_selected`` is the optimizer batch's count of
+    selected loss tokens (default: this micro-batch's); it is also the token-mean normaliser, so
+    micro-batches sum to the full-batch loss. With weights equal
     to the mask ('all') both are GRPO's ``Agg[loss + β KL]``. A loss's own KL reduction
     (``terms.kl_aggregate``) gives ``L = Agg[loss] + β KLAgg[KL]``, e.g. TS-GRPO's token-mean KL
     under a sequence-mean loss. The entropy bonus subtracts ``c H_it`` per token; the off-policy
@@ -146,7 +151,12 @@ def grpo_objective(
     if terms.entropy_coef and inp.entropy is not None:
         # entropy bonus: maximise H, so subtract it from the loss (needs entropy with gradient)
         per_token = per_token - terms.entropy_coef * inp.entropy
-    loss = call_with(terms.aggregate, per_token, inp.mask, context=agg_totals)
+    agg_mask = inp.mask
+    if token_weights is not None and terms.kl_scope == "selected":
+        # a selection replaces the mask: the loss is a mean over the selected tokens, not over all of them
+        agg_mask = inp.mask * (token_weights > 0).to(inp.mask.dtype)
+        agg_totals["num_tokens"] = totals.num_selected
+    loss = call_with(terms.aggregate, per_token, agg_mask, context=agg_totals)
     if kl_term is not None:
         loss = loss + kl_term
     if inp.entropy is not None:

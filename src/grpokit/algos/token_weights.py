@@ -3,19 +3,20 @@
 Every registered function has the signature
 ``fn(mask [B, T], *, completion_ids=None, group_ids=None, entropy=None, rewards=None, **opts)
 -> (weights [B, T], metrics)`` and ignores keywords it does not use. Weights are 0 wherever
-``mask`` is 0 and carry no gradient. They re-weight the numerator of the loss only: the trainer
-keeps aggregating with ``mask`` (so the token-count denominators are unchanged), as λ-GRPO's code
-does. Also here, unregistered: the SPINE entropy-band penalty (variational reasoning's IWAE trace
-weights are in :mod:`grpokit.algos.variational`).
+``mask`` is 0 and carry no gradient. Also here, unregistered: the SPINE entropy-band penalty
+(variational reasoning's IWAE trace weights are in :mod:`grpokit.algos.variational`).
 
-Each registration declares ``kl_scope``, how the objective's β·KL term meets the weights
+Each registration declares ``kl_scope``, whether its output is a weighting or a selection, which
+sets how the loss is normalised and how the objective's β·KL term meets it
 (:func:`grpokit.algos.objective.grpo_objective`):
 
 * ``'weighted'`` (default): the weight multiplies the whole per-token objective,
-  ``w_it · (loss_it + β KL_it)``, aggregated with ``mask`` (λ-GRPO's code weights ``g − β k3``).
-* ``'selected'``: the weights are a selection; the KL acts on the selected tokens only and is
-  their mean over the whole optimizer batch, ``β Σ_{w_it>0} KL_it / N_selected``, whatever the
-  aggregation (SPINE's KL anchor on the forking tokens).
+  ``w_it · (loss_it + β KL_it)``, aggregated with ``mask``, so the token-count denominators are
+  unchanged (λ-GRPO's code weights ``g − β k3`` and keeps the mask).
+* ``'selected'``: the weights are a selection that replaces the mask: the loss is aggregated
+  over the selected tokens (token mean ``Σ f·loss / Σ f``, as the forking-token code aggregates
+  with ``response_mask * entropy_top_mask``), and the KL acts on them only, their mean over the
+  whole optimizer batch, ``β Σ_{w_it>0} KL_it / N_selected`` (SPINE's KL anchor on the forks).
 """
 
 from __future__ import annotations
@@ -115,8 +116,10 @@ def forking_tokens(
 
     Exactly ``ceil(ρ · n_valid)`` tokens are kept (the "80th percentile threshold" for ρ = 0.2),
     ties broken towards the earlier position; entropies are detached. Only the kept tokens get
-    policy gradient, and the β·KL anchor is their mean over the batch's forks (``kl_scope``
-    'selected': ``β Σ_t f_it k3_it / Σ f``, the paper's masked KL on forking tokens).
+    policy gradient, and they replace the mask (``kl_scope`` 'selected'): the policy term is
+    their mean, ``Σ f·g / Σ f`` under token-mean aggregation, and the β·KL anchor is
+    ``β Σ_t f_it k3_it / Σ f``, the paper's masked KL on forking tokens. (Before 2026-12-06 the
+    policy term was divided by all valid tokens, ~5x weaker at ρ = 0.2 than the paper's.)
     Shapes: mask, entropy ``[B, T]`` → ``[B, T]`` in {0, 1}.
     Wu et al., "SPINE: Token-Selective Test-Time Reinforcement Learning with Entropy-Band
     Regularization", arXiv 2511.17938. [inferred] ``scope``: 'batch'
