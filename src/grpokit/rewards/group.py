@@ -88,7 +88,7 @@ _EXTRACTORS: dict[str, Callable[[str], Any]] = {
 _NUMERIC = ("stated_number", "number")
 
 
-def _majority(answers: list[Any], equal: Callable[[Any, Any], bool], tie_break: str) -> Any:
+def majority_answer(answers: list[Any], equal: Callable[[Any, Any], bool], tie_break: str) -> Any:
     """Most frequent answer (None answers do not vote); ties -> first occurrence, or None if 'skip'."""
     classes: list[list[Any]] = []  # [representative, count], in order of first occurrence
     for a in answers:
@@ -153,10 +153,10 @@ def majority_vote(
     scores: list[float | None] = [0.0] * len(completions)
     for rows in _groups(group_ids, len(completions)):
         group_answers = [answers[i] for i in rows]
-        label = None if leave_one_out else _majority(group_answers, equal, tie_break)
+        label = None if leave_one_out else majority_answer(group_answers, equal, tie_break)
         for pos, i in enumerate(rows):
             if leave_one_out:
-                label = _majority(group_answers[:pos] + group_answers[pos + 1 :], equal, tie_break)
+                label = majority_answer(group_answers[:pos] + group_answers[pos + 1 :], equal, tie_break)
             scores[i] = float(answers[i] is not None and label is not None and equal(answers[i], label))
     return scores
 
