@@ -206,7 +206,7 @@ def verdict(expect: str, cmp: dict) -> str:
         return "shown (not worse, beyond 2 SE)" if delta >= -2 * se else "not shown (worse by more than 2 SE)"
     if delta > 2 * se:
         return "shown (more than 2 SE)"
-    if expect == "better" and delta < -2 * se:
+    if expect in ("better", "gain") and delta < -2 * se:  # a claimed gain that is a loss beyond 2 SE
         return "contradicted (worse by more than 2 SE)"
     return f"not shown (within 2 SE at {min(cmp['n_a'], cmp['n_b'])} seeds)"
 

@@ -87,6 +87,9 @@ def test_compare_at_equal_minutes_and_the_two_standard_error_verdict():
     assert st.verdict("better", cmp).startswith("not shown")  # 0.05 < 2 SE = 0.1
     assert st.verdict("match", cmp).startswith("shown")  # 0.05 >= -0.1
     assert st.verdict("better", {**cmp, "delta": -0.15}).startswith("contradicted")
+    # a claimed gain over the start that is a loss beyond 2 SE (TTRL on `hard`) is contradicted, not "within 2 SE"
+    assert st.verdict("gain", {**cmp, "delta": -0.15}).startswith("contradicted")
+    assert st.verdict("gain", {**cmp, "delta": -0.05}).startswith("not shown (within")
     assert st.verdict("better", st.compare(a[:1], b)).startswith("no verdict")
     # against its own start (paired): gains 0.4 and 0.2 -> mean 0.3, SE 0.1414 / sqrt(2) = 0.1
     gain = st.compare(a, None, window=0.0)
