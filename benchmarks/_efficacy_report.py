@@ -97,7 +97,8 @@ def claim_sentence(m: Any, runs_by_method: dict[str, list[dict]], labels: dict[s
                 f"seeds{se}; at {cmp['minutes']:.2f} min alone {pct(cmp['a_end'])} vs {pct(cmp['b_end'])}, "
                 f"{100 * cmp['delta_end']:+.1f} pp)")
     note = f" {m.note}" if getattr(m, "note", "") else ""
-    return f"{head} Here: {what}: {st.verdict(m.expect, cmp)}.{note}"
+    margin = st.non_inferiority_margin(st.compare(ref, None)) if m.expect == "match" and ref else None
+    return f"{head} Here: {what}: {st.verdict(m.expect, cmp, margin)}.{note}"
 
 
 def task_section(task: Any, runs_by_method: dict[str, list[dict]], methods: list, figures: list[str]) -> list[str]:

@@ -193,21 +193,40 @@ def compare(runs: list[dict], ref: list[dict] | None, window: float = WINDOW) ->
             "n_b": len(b), "a_end": end_a, "b_end": end_b, "delta_end": end_a - end_b}
 
 
-def verdict(expect: str, cmp: dict) -> str:
+def non_inferiority_margin(ref_gain: dict | None) -> float | None:
+    """How much worse than its reference a "match" row may be and still keep the claim: half of the
+    reference's own gain over the starting model, taken at its lower 2-SE bound (M2 = 0.5 * M1, the
+    convention of the FDA's non-inferiority guidance, 2016, section IV: keep at least half of the
+    active control's effect) [inferred rule]. ``ref_gain``: ``compare(ref_runs, None)``. None without
+    two seeds of the reference (no margin, so no verdict)."""
+    if ref_gain is None or math.isnan(ref_gain["se"]):
+        return None
+    return 0.5 * max(0.0, ref_gain["delta"] - 2 * ref_gain["se"])
+
+
+def verdict(expect: str, cmp: dict, margin: float | None = None) -> str:
     """Whether the measured difference shows the claimed effect: a two-standard-error rule [inferred].
 
-    ``expect``: better (the method beats its reference), match (it is not worse), gain (it improves
-    on the starting model). With fewer than two seeds on a side there is no verdict.
+    ``expect``: better (the method beats its reference), match (it is not worse than the reference by
+    more than ``margin``, see ``non_inferiority_margin``), gain (it improves on the starting model).
+    A claimed gain or match that is a loss beyond 2 SE is contradicted. With fewer than two seeds on
+    a side there is no verdict; a match needs its margin too: "not significantly worse" alone would
+    read as shown for any row noisy enough.
     """
     delta, se = cmp["delta"], cmp["se"]
     if math.isnan(se):
         return "no verdict (fewer than 2 seeds on a side)"
+    if delta < -2 * se:  # a claimed gain or match that is a loss beyond 2 SE
+        return "contradicted (worse by more than 2 SE)"
     if expect == "match":
-        return "shown (not worse, beyond 2 SE)" if delta >= -2 * se else "not shown (worse by more than 2 SE)"
+        if margin is None:
+            return "no verdict (no margin: the reference row has fewer than 2 seeds)"
+        low = 100 * (delta - 2 * se)
+        if delta - 2 * se >= -margin:
+            return f"shown (the 2-SE interval's low end, {low:+.1f} pp, is within the margin of -{100 * margin:.1f} pp)"
+        return f"not shown (the 2-SE interval reaches {low:+.1f} pp, beyond the margin of -{100 * margin:.1f} pp)"
     if delta > 2 * se:
         return "shown (more than 2 SE)"
-    if expect in ("better", "gain") and delta < -2 * se:  # a claimed gain that is a loss beyond 2 SE
-        return "contradicted (worse by more than 2 SE)"
     return f"not shown (within 2 SE at {min(cmp['n_a'], cmp['n_b'])} seeds)"
 
 

@@ -354,7 +354,12 @@ def settings_lines(plan: study.Plan, results: dict | None = None) -> list[str]:
         "accuracy after its last point, against steps the mean stops at the shortest seed. Verdicts: the difference against "
         "the reference row at equal training minutes, beyond 2 standard errors [inferred rule]; each seed's value is its "
         "curve's mean over the last 20% of those minutes (from 2026-12-05; before, the single evaluation at the end, "
-        "whose 200 problems alone carry a binomial standard error of about 3.5 points at 45%: the sentence gives both).", "",
+        "whose 200 problems alone carry a binomial standard error of about 3.5 points at 45%: the sentence gives both). "
+        "A claim to match a row (\"not worse\") is shown when the low end of the difference's 2-SE interval stays within "
+        "a margin of half the reference row's own gain over the starting model, at that gain's lower 2-SE bound (the "
+        "FDA's non-inferiority convention, keep half the control's effect; from 2026-12-06, before which any row not "
+        "worse beyond 2 SE read as shown) [inferred rule]; a claimed gain or match that is a loss beyond 2 SE is "
+        "contradicted.", "",
     ]
 
 

@@ -85,7 +85,11 @@ def test_compare_at_equal_minutes_and_the_two_standard_error_verdict():
     assert cmp["minutes"] == 1.0
     assert (cmp["a"], cmp["b"], cmp["delta"], cmp["se"]) == pytest.approx((0.65, 0.6, 0.05, 0.05), abs=1e-12)
     assert st.verdict("better", cmp).startswith("not shown")  # 0.05 < 2 SE = 0.1
-    assert st.verdict("match", cmp).startswith("shown")  # 0.05 >= -0.1
+    # a match needs a margin; low end 0.05 - 0.1 = -0.05: within a margin of 0.06, beyond one of 0.04
+    assert st.verdict("match", cmp).startswith("no verdict (no margin")
+    assert st.verdict("match", cmp, margin=0.06).startswith("shown")
+    assert st.verdict("match", cmp, margin=0.04).startswith("not shown (the 2-SE interval reaches -5.0 pp")
+    assert st.verdict("match", {**cmp, "delta": -0.15}, margin=1.0).startswith("contradicted")
     assert st.verdict("better", {**cmp, "delta": -0.15}).startswith("contradicted")
     # a claimed gain over the start that is a loss beyond 2 SE (TTRL on `hard`) is contradicted, not "within 2 SE"
     assert st.verdict("gain", {**cmp, "delta": -0.15}).startswith("contradicted")
@@ -95,6 +99,10 @@ def test_compare_at_equal_minutes_and_the_two_standard_error_verdict():
     gain = st.compare(a, None, window=0.0)
     assert (gain["delta"], gain["se"]) == pytest.approx((0.3, 0.1), abs=1e-12)
     assert st.verdict("gain", gain).startswith("shown")
+    # the margin is half the reference's gain at its lower 2-SE bound: 0.5 * (0.3 - 0.2) = 0.05; none below 0
+    assert st.non_inferiority_margin(gain) == pytest.approx(0.05, abs=1e-12)
+    assert st.non_inferiority_margin({**gain, "delta": 0.1}) == 0.0
+    assert st.non_inferiority_margin(st.compare(a[:1], None)) is None
 
 
 def test_the_verdict_reads_the_mean_of_the_evaluations_in_the_last_fifth_of_the_minutes():
