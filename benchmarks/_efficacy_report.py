@@ -106,7 +106,13 @@ def task_section(task: Any, runs_by_method: dict[str, list[dict]], methods: list
     out = [f"## Task `{task.name}`: {task.about}", ""]
     if not runs_by_method:
         return out + ["No runs cached for this task at this code version and budget (a study at another one may be in a section below).", ""]
-    out += table(runs_by_method, methods) + ["", "### GRPO (grpokit) and TRL's GRPOTrainer, same task and budget", ""]
+    rows = [m for m in methods if getattr(m, "seeds", 3) > 1]
+    diagnoses = [m for m in methods if getattr(m, "seeds", 3) == 1 and runs_by_method.get(m.name)]
+    out += table(runs_by_method, rows) + [""]
+    if diagnoses:  # one seed each by design: read beside their claim row, never a verdict of their own
+        out += ["Diagnosis runs (one seed each, by design: each tests one cause of a row's shortfall and is read in "
+                "that row's note; no claim, no verdict):", ""] + table(runs_by_method, diagnoses) + [""]
+    out += ["### GRPO (grpokit) and TRL's GRPOTrainer, same task and budget", ""]
     out += grpo_vs_trl(runs_by_method)
     out += [f"![{Path(f).stem}](efficacy/{Path(f).name})" for f in figures] + ["", "### Each paper's claim", ""]
     out += [claim_sentence(m, runs_by_method, labels) for m in methods if m.claim]

@@ -286,3 +286,19 @@ def test_a_diagnosis_row_is_pending_for_its_one_seed_only():
     one_each = {"hard": {**full, "disco_free": [{}], "disco": [{}]}}
     assert "`disco` 1" in efficacy.pending(plan, one_each)[0] and "disco_free" not in efficacy.pending(plan, one_each)[0]
     assert "`disco_free` 0" in efficacy.pending(plan, {"hard": {**full, "disco_free": []}})[0]
+
+
+def test_the_claim_table_holds_the_seeded_rows_and_the_one_seed_diagnoses_get_their_own():
+    import _efficacy_report as rep
+
+    task = efficacy.TASKS["hard"]
+    step = {"completion_len": 10.0, "zero_var_frac": 0.5, "skipped_rows": 0.0}
+    three = [{**run([0.0, 1.0], [0.25, 0.5 + k / 100]), "steps": [step, step]} for k in range(3)]
+    runs = {"grpo": three, "disco": three, "disco_free": three[:1]}
+    lines = rep.task_section(task, runs, list(efficacy.METHODS.values()), [])
+    claim_table = lines[lines.index(next(l for l in lines if l.startswith("| method"))):]
+    claim_table = claim_table[:claim_table.index("")]
+    assert [l.split(" | ")[0] for l in claim_table[2:]] == ["| GRPO", "| DisCO"]  # 3 seeds each, no diagnosis row
+    at = next(i for i, l in enumerate(lines) if l.startswith("Diagnosis runs"))
+    assert lines[at + 4].startswith("| " + efficacy.METHODS["disco_free"].label + " | 1 |")
+    assert at > lines.index(claim_table[-1])
