@@ -3,11 +3,14 @@
 
     python benchmarks/skip_rows.py --method disco --steps 12          # the efficacy study's hard task, SmolLM2
     python benchmarks/skip_rows.py --method disco --steps 3 --dry-run # tiny model, seconds
+    python benchmarks/skip_rows.py --method kdrl --steps 12 --teacher benchmarks/efficacy_results/teachers/study__hard__teacher__seed1000__10min__2dd55a6
 
 A loss registered with ``zero_advantage_zero_gradient`` lets the learner leave rows without
 gradient out of the forward and backward, and turn an update with none into an update of size 0
 (PPO-clip, SAPO, CISPO, humanline: rows with advantage 0; DisCO: tied groups, in each update whose KL
-constraint is slack, since issue 28). This runs the efficacy study's row METHOD on its ``--task``
+constraint is slack; KDRL: tied rows its reward-guided distillation mask excludes, since issue 28).
+A row that distils (KDRL) needs ``--teacher``: the study's cached teacher run folder (a dry run
+saves a tiny random teacher). This runs the efficacy study's row METHOD on its ``--task``
 (the row's preset; the task's data, sampling and lr 2e-5; 4 prompts x 8 completions) for
 ``--steps`` steps, twice from the same seed and prompt order in this one process: first with the
 declaration withdrawn (every row of every update runs, as for a loss that declares nothing: the
@@ -30,7 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-def run_arm(method: str, task: str, seed: int, steps: int, declared: bool, dry_run: bool, tmp: str) -> list[dict]:
+def run_arm(method: str, task: str, seed: int, steps: int, declared: bool, dry_run: bool, tmp: str,
+            teacher: str | None = None) -> list[dict]:
     """Per-step metrics of ``steps`` training steps of the study's row ``method``, its loss's zero-gradient declaration
     as registered (``declared``) or withdrawn."""
     from efficacy import DRY, METHODS, STUDY, TASKS, build_config
@@ -40,7 +44,9 @@ def run_arm(method: str, task: str, seed: int, steps: int, declared: bool, dry_r
     from grpokit.trainer.loop import Trainer
 
     sizes = dataclasses.replace(DRY, model=save_tiny_model(Path(tmp) / "tiny")) if dry_run else STUDY
-    data = to_dict(build_config(METHODS[method], TASKS[task], seed, sizes, str(Path(tmp) / f"run-{declared}"), "cpu"))
+    if dry_run and METHODS[method].needs_teacher:
+        teacher = save_tiny_model(Path(tmp) / "teacher", seed=1)  # a teacher that differs from the student
+    data = to_dict(build_config(METHODS[method], TASKS[task], seed, sizes, str(Path(tmp) / f"run-{declared}"), "cpu", teacher))
     if dry_run:  # the study's 4 prompts a step (the dry run's 2 are fewer than DisCO's 4 mini-batches of whole groups)
         data = apply_set(data, f"rollout.prompts_per_step={STUDY.prompts}")
     trainer = Trainer(from_dict(Config, data, ""))
@@ -76,11 +82,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", default="hard")
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--teacher", help="a distilling row's teacher: a grpokit run folder (the study caches one per task)")
     p.add_argument("--dry-run", action="store_true", help="tiny random model, seconds")
     a = p.parse_args(argv)
+    from efficacy import METHODS
+
+    if METHODS[a.method].needs_teacher and not (a.teacher or a.dry_run):
+        p.error(f"--method {a.method} distils from a teacher: pass --teacher RUN_FOLDER (the efficacy study's, under "
+                "benchmarks/efficacy_results/teachers/, trained by its first run of the row)")
     with tempfile.TemporaryDirectory(prefix="skip-rows-") as tmp:
-        off = run_arm(a.method, a.task, a.seed, a.steps, False, a.dry_run, tmp)
-        on = run_arm(a.method, a.task, a.seed, a.steps, True, a.dry_run, tmp)
+        off = run_arm(a.method, a.task, a.seed, a.steps, False, a.dry_run, tmp, a.teacher)
+        on = run_arm(a.method, a.task, a.seed, a.steps, True, a.dry_run, tmp, a.teacher)
     so, sn = summary(off), summary(on)
     for name, s in (("undeclared (reference)", so), ("as registered", sn)):
         print(f"{name:22s} learner {s['learn_s']:.2f} s/step, step {s['wall_s']:.2f} s, rows left out {s['skipped']:.0%}, "

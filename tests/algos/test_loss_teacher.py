@@ -160,3 +160,14 @@ def test_the_perception_kl_keeps_its_value_for_tiny_log_prob_changes():
     logp = torch.full((1, 3), -1.0)
     kappa = perception_kl(logp, logp + torch.tensor([[1e-5, -1e-4, 0.0]]))
     assert torch.allclose(kappa, torch.tensor([[5e-11, 5e-9, 0.0]]), rtol=1e-2, atol=0)
+
+
+def test_kdrl_distilled_rows_are_the_reward_mask_by_hand():
+    from grpokit.algos.kdrl import distilled_rows
+
+    rewards, groups = torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1])
+    assert distilled_rows(rewards, groups, kd_mask="response").tolist() == [False, True, False, False]
+    assert distilled_rows(rewards, groups, kd_mask="group").tolist() == [False, False, False, False]
+    assert distilled_rows(torch.tensor([0.0, 0.0, 1.0, 0.0]), groups, kd_mask="group").tolist() == [True, True, False, False]
+    assert distilled_rows(rewards, groups, kd_mask="none") is None  # every row is distilled
+    assert distilled_rows(rewards, groups, kd_full_denominator=False) is None  # a per-micro-batch normaliser: keep all

@@ -233,3 +233,41 @@ def test_a_first_update_of_size_0_advances_the_schedule_without_torch_warning(ti
     assert metrics["learn/updates"] == 0.0 and trainer.updates == 1
     assert trainer.scheduler.get_last_lr()[0] > lr_before  # warm-up moved on
     assert not [w for w in caught if "lr_scheduler.step()" in str(w.message)]
+
+
+def _kdrl_learn(cfg, rewards, adv):
+    trainer = Trainer(cfg, *tiny_model_and_tokenizer(seed=5))
+    rows = trainer.splits.train[:2]
+    torch.manual_seed(0)
+    batch = trainer.backend.generate(trainer._prompt_texts(rows), rows, 4, SamplingParams(max_new_tokens=6, temperature=1.0))
+    metrics = trainer._learn(LearnBatch(rollout=batch, adv=adv, mask=batch.completion_mask.clone(), rewards=rewards,
+                                        behaviour_logp=batch.sampling_logp))
+    return metrics, torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+
+
+# group 0 tied (advantage 0), group 1 mixed: KDRL's reward-masked distillation acts on the incorrect rows (r < 1) only
+KDRL_ADV = torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0, -1.0, -1.0, -1.0])
+
+
+@pytest.mark.parametrize("tied_reward, kd_mask, left_out", [(1.0, "response", 0.5),   # solved: no term acts on it
+                                                            (0.0, "response", None),  # failed: distilled, kept
+                                                            (1.0, "group", 0.5),      # a group with a correct answer: not distilled
+                                                            (1.0, "none", None)])     # every row distilled
+def test_kdrl_leaves_out_the_rows_neither_its_advantage_nor_its_distillation_reaches(tiny_cfg, tmp_path, tied_reward, kd_mask, left_out):
+    """KDRL (arXiv 2506.02208): L = -min(r A, clip(r) A) + beta_t w_i k2(l - l^T), w_i the reward-guided mask.
+
+    A solved tied group (A = 0, w = 0) has no gradient; before issue 28's fix every KDRL row went
+    through the teacher forward and the learner (hard-task steps 9 s against GRPO's 5.5 s). The
+    weights equal those of a run that skips nothing.
+    """
+    from grpokit.testing import save_tiny_model
+
+    teacher = save_tiny_model(tmp_path / "teacher", seed=11)
+    rewards = torch.tensor([tied_reward] * 4 + [0.0] * 4)  # the mixed group's advantages are given, not its rewards
+    common = {"algorithm.loss": "kdrl", "model.teacher": teacher, "optim.lr": 0.01,
+              "algorithm.loss_options": {"kd_mask": kd_mask, "kd_coef": 0.5}}
+    plain_m, plain_w = _kdrl_learn(tiny_cfg(**{"train.skip_zero_advantage": False, **common}), rewards, KDRL_ADV)
+    skip_m, skip_w = _kdrl_learn(tiny_cfg(**common), rewards, KDRL_ADV)
+    torch.testing.assert_close(skip_w, plain_w, atol=1e-6, rtol=1e-5)
+    assert skip_m.get("learn/skipped_rows") == left_out and "learn/skipped_rows" not in plain_m
+    assert skip_m["learn/updates"] == plain_m["learn/updates"] == 1.0 and plain_m["kd/kl"] > 0

@@ -37,12 +37,16 @@ def kd_weights(inp: LossInputs, kd_mask: str) -> torch.Tensor:
         return ones
     if inp.rewards is None:
         raise ValueError(f"kdrl kd_mask='{kd_mask}' needs LossInputs.rewards; pass the rewards or set kd_mask='none'")
-    r = inp.rewards.detach().to(ones)
+    return reward_mask(inp.rewards.detach().to(ones), inp.group_ids, kd_mask).to(ones.dtype)
+
+
+def reward_mask(rewards: torch.Tensor, group_ids: Optional[torch.Tensor], kd_mask: str) -> torch.Tensor:
+    """``[B]`` bool for ``kd_mask`` 'response' (r_i < 1) or 'group' (no correct response in the row's group)."""
     if kd_mask == "response":
-        return (r < 1).to(ones.dtype)
-    same = same_group(inp.group_ids, r) > 0  # [B, B]
-    group_max = r.unsqueeze(0).expand_as(same).masked_fill(~same, float("-inf")).amax(-1)
-    return (group_max <= 0).to(ones.dtype)
+        return rewards < 1
+    same = same_group(group_ids, rewards) > 0  # [B, B]
+    group_max = rewards.unsqueeze(0).expand_as(same).masked_fill(~same, float("-inf")).amax(-1)
+    return group_max <= 0
 
 
 def kdrl_option_schedule(step: int, *, beta_0: Optional[float] = None, beta_min: float = 1e-3, kappa: float = 0.0) -> dict:
@@ -58,8 +62,22 @@ _READS_IF = {"kd_estimator": _IN_LOSS, "kd_full_denominator": _IN_LOSS, "beta_mi
              "kd_coef": ("beta_0", (None,))}
 
 
+def distilled_rows(rewards: torch.Tensor, group_ids: torch.Tensor, *, kd_mask: str = "response",
+                   kd_full_denominator: bool = True) -> Optional[torch.Tensor]:
+    """``[B]`` bool: the rows the distillation term has a gradient on (w_i > 0); None for every row.
+
+    With the reward-guided mask a correct response of a tied group (advantage 0, w_i = 0) has no
+    gradient at all, so the learner may leave it out, teacher forward included: the same update,
+    since the loss is normalised by the whole batch. ``kd_full_denominator=False`` renormalises the
+    term over each micro-batch's distilled tokens, which leaving rows out would change: every row.
+    """
+    if not kd_full_denominator or kd_mask not in ("response", "group"):
+        return None
+    return reward_mask(rewards.float(), group_ids, kd_mask)
+
+
 @POLICY_LOSSES.register("kdrl", inputs=("teacher_logp", "rewards", "group_ids"), option_schedule=kdrl_option_schedule, ratios=None,
-                        reads_if=_READS_IF)
+                        reads_if=_READS_IF, zero_advantage_zero_gradient=True, rows_with_own_gradient=distilled_rows)
 def kdrl_loss(
     inp: LossInputs,
     *,

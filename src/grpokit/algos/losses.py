@@ -33,9 +33,12 @@ POLICY_LOSSES = Registry(
     #   broadcast to every token, which token weights would only rescale)
     # reads_if: {context or option key: (switch, values)}: the key is read only while the option / context
     #   ``switch`` is one of ``values`` (see Registry.context_taken)
+    # rows_with_own_gradient: fn(rewards [B], group_ids [B], **options) -> [B] bool, or None for every row:
+    #   the rows a term of the loss beside the advantage one (KDRL's reward-masked distillation) has a
+    #   gradient on; with zero_advantage_zero_gradient, every other row with advantage 0 has none
     properties={"groupwise": False, "zero_advantage_zero_gradient": False, "option_schedule": None,
                 "ratios": ("token",), "ratio_gradient": True, "aggregations": None, "kl_aggregation": None, "token_level": True,
-                "reads_if": None},
+                "reads_if": None, "rows_with_own_gradient": None},
     # context: offered by the objective to every loss that names them, never user options;
     # num_seqs / num_tokens: the optimizer batch's totals (for a loss with a batch-level term)
     context=("epsilon_low", "epsilon_high", "ratio", "num_seqs", "num_tokens"),

@@ -155,9 +155,16 @@ class UpdateSteps:
             return None  # only losses whose gradient is exactly 0 where the advantage is 0
         # reference log-probs alone do not stop it: the KL term exists only with beta > 0, and a loss that reads
         # ref_logp (humanline) has declared that its own gradient is 0 where the advantage is
-        if algo.beta > 0 or algo.entropy_coef > 0 or algo.entropy_band_coef > 0 or "teacher_logp" in self.needs:
+        own = self.loss_spec.rows_with_own_gradient  # a term beside the advantage's that says where it acts (KDRL)
+        if algo.beta > 0 or algo.entropy_coef > 0 or algo.entropy_band_coef > 0 or ("teacher_logp" in self.needs and own is None):
             return None  # a KL, entropy or distillation term has a gradient on every row
         live = rows_with_gradient(lb.adv, lb.mask, lb.token_weights)  # advantages are the same on every rank
+        if live is not None and own is not None:
+            more = call_with(own, lb.rewards, lb.rollout.group_ids, context=self.objective.loss_options)
+            if more is None:
+                return None
+            live = live | (more.to(live.device) & (lb.mask > 0).any(-1))
+            live = None if bool(live.all()) else live
         if live is not None and self.loss_spec.groupwise:
             live = whole_groups(live, lb.rollout.group_ids)
         return live
