@@ -139,6 +139,7 @@ OFF_POLICY = ("algorithm.num_iterations=2",)
 # the papers' structure (verl's ppo_mini_batch_size, as GSPO Sec. 5.1 states): each generation cut into 4
 # mini-batches, one update each, every completion used once; the later ones are off-policy
 MINI_BATCHES = ("algorithm.num_iterations=1", "algorithm.mini_batches=4")
+DISCO = "DisCO: Reinforcing Large Reasoning Models with Discriminative Constrained Optimization, arXiv 2505.12366"
 HUMANLINE = "Humanline: Online Alignment as Perceptual Loss, arXiv 2509.24207"
 GSPO = "Group Sequence Policy Optimization, arXiv 2507.18071"
 
@@ -178,14 +179,15 @@ METHODS = {m.name: m for m in [
                 "Its comparison row stays plain GRPO, as registered before its runs; on `hard` (3 seeds each, minutes 8-10) it is "
                 "+0.4 pp (2 SE 7.5) against GRPO with the same 4 mini-batches and -4.5 pp (2 SE 4.5, at the boundary) against "
                 "GSPO with them: the structure, not the gate, sets it below plain GRPO (docs/efficacy.md, hard-task notes)."),
-    Method("disco", "DisCO", "disco", (), "DisCO: Reinforcing Large Reasoning Models with Discriminative Constrained Optimization, arXiv 2505.12366",
+    Method("disco", "DisCO (the authors' delta 1e-4)", "disco", ("algorithm.loss_options={delta: 1.0e-4}",), DISCO,
            "a discriminative objective without GRPO's difficulty bias, under a KL constraint, beats GRPO by several points.",
            "grpo_offline",  # the authors' GRPO baseline runs the same 4 mini-batches per generation (verl's ppo_mini_batch_size)
            note="4 mini-batches per generation, each completion used once (the authors' scripts), since 2026-12-05; the demo "
                 "run predates it and made 2 passes over each batch. Compared with GRPO at the same structure, chosen before "
                 "any hard-task run of DisCO. On `hard` its KL constraint (the authors' delta 1e-4, beta 1e3, set for lr 2e-6) "
                 "holds it near its start at lr 2e-5: the same seed without it (`disco_free`) reaches 40.8% over minutes 8-10 "
-                "where DisCO stays at 24.1% (docs/efficacy.md, hard-task notes)."),
+                "where DisCO stays at 24.1% (docs/efficacy.md, hard-task notes). The preset's delta until 2026-12-06, then 1e-2: "
+                "the next row. These runs predate the learner's skip of tied groups (about half the steps they would take now)."),
     Method("lambda_grpo", "λ-GRPO", "lambda_grpo", (), "GRPO is Secretly a Process Reward Model, arXiv 2509.21154",
            "weighting each token by 1 / (completions sharing its prefix) reaches a higher accuracy faster than GRPO."),
     Method("reg_grpo", "Reg-GRPO", "reg_grpo", (), "DeepVideo-R1: Video Reinforcement Fine-Tuning via Difficulty-aware Regressive GRPO, arXiv 2506.07464",
@@ -214,8 +216,13 @@ METHODS = {m.name: m for m in [
     Method("disco_free", "DisCO without its KL constraint (diagnosis: constraint_beta 0)", "disco",
            ("algorithm.loss_options={constraint_beta: 0.0}",), seeds=1),
     # diagnosis: the constraint's budget widened ~100x for 10x the authors' lr (D is second order in the step)
-    Method("disco_delta", "DisCO with delta 1e-2 (diagnosis: the constraint's budget for lr 2e-5)", "disco",
-           ("algorithm.loss_options={delta: 0.01}",), seeds=1),
+    Method("disco_delta", "DisCO (delta 1e-2 for lr 2e-5, the preset since 2026-12-06)", "disco",
+           ("algorithm.loss_options={delta: 0.01}",), DISCO,
+           "a discriminative objective without GRPO's difficulty bias, under a KL constraint, beats GRPO by several points.",
+           "grpo_offline",
+           note="The constraint's budget widened for 10 times the authors' learning rate (D is second order in the step): "
+                "the setting that trains at this scale, a diagnosis row of one seed until 2026-12-06 (docs/efficacy.md, "
+                "hard-task notes)."),
     Method("grpo_offline", "GRPO, 4 updates per generation (offline control)", "grpo", BASELINE + ("algorithm.mini_batches=4",)),
     Method("spine", "SPINE (label-free)", "spine", (), "SPINE: Token-Selective Test-Time Reinforcement Learning with Entropy-Band Regularization, arXiv 2511.17938",
            "updating only high-entropy forking tokens, with an entropy band, beats TTRL without labels.", "ttrl", label_free=True,

@@ -298,7 +298,8 @@ def test_the_claim_table_holds_the_seeded_rows_and_the_one_seed_diagnoses_get_th
     lines = rep.task_section(task, runs, list(efficacy.METHODS.values()), [])
     claim_table = lines[lines.index(next(l for l in lines if l.startswith("| method"))):]
     claim_table = claim_table[:claim_table.index("")]
-    assert [l.split(" | ")[0] for l in claim_table[2:]] == ["| GRPO", "| DisCO"]  # 3 seeds each, no diagnosis row
+    labels = ["| " + efficacy.METHODS[name].label for name in ("grpo", "disco")]
+    assert [l.split(" | ")[0] for l in claim_table[2:]] == labels  # 3 seeds each, no diagnosis row
     at = next(i for i, l in enumerate(lines) if l.startswith("Diagnosis runs"))
     assert lines[at + 4].startswith("| " + efficacy.METHODS["disco_free"].label + " | 1 |")
     assert at > lines.index(claim_table[-1])
