@@ -56,7 +56,12 @@ def _get(m: dict, key: str) -> float | None:
     return None if value is None else float(value)
 
 
-def run_grpokit(cfg, budget_s: float, every: int, save: bool) -> dict:
+def evaluates_at(step: int, every: int, first: int) -> bool:
+    """Whether the study evaluates after ``step``: every ``every`` steps, and after each of the first ``first``."""
+    return step % every == 0 or step <= first
+
+
+def run_grpokit(cfg, budget_s: float, every: int, save: bool, first: int = 0) -> dict:
     """Train ``cfg`` with grpokit's Trainer for ``budget_s`` training seconds; the study's record of the run."""
     from grpokit.trainer.loop import Trainer
 
@@ -81,7 +86,7 @@ def run_grpokit(cfg, budget_s: float, every: int, save: bool) -> dict:
             "updates": _get(m, "learn/updates"), "clip_frac": _get(m, "clip/frac"),
         })
         last = clock.spent() or trainer.step >= cfg.train.steps
-        if last or trainer.step % every == 0:
+        if last or evaluates_at(trainer.step, every, first):
             result = clock.excluding(trainer.evaluate, "after" if last else "during")
             evals.append(eval_point(trainer.step, train_s / 60, result))
             log.info("grpokit step %d, %.2f training min: held-out accuracy %.3f", trainer.step, train_s / 60, result["accuracy"])
@@ -116,7 +121,7 @@ def heldout_evaluator(cfg, model, tokenizer, rows: list[dict], judge):
     return evaluate
 
 
-def study_callback(evaluate, budget_s: float, every: int, max_steps: int, judge: str):
+def study_callback(evaluate, budget_s: float, every: int, max_steps: int, judge: str, first: int = 0):
     """A TRL ``TrainerCallback`` that evaluates, records each step and stops at the budget (its lists: .evals, .steps)."""
     from transformers import TrainerCallback
 
@@ -138,7 +143,7 @@ def study_callback(evaluate, budget_s: float, every: int, max_steps: int, judge:
             train_s, step = self.clock.train_s(), state.global_step
             self.steps.append({"step": step, "minutes": train_s / 60, "skipped_rows": 0.0, "judge": judge})
             last = self.clock.spent() or step >= max_steps
-            if last or step % every == 0:
+            if last or evaluates_at(step, every, first):
                 result = self.clock.excluding(evaluate)
                 self.evals.append(eval_point(step, train_s / 60, result))
                 log.info("TRL step %d, %.2f training min: held-out accuracy %.3f", step, train_s / 60, result["accuracy"])
@@ -152,7 +157,7 @@ def study_callback(evaluate, budget_s: float, every: int, max_steps: int, judge:
     return Study()
 
 
-def run_trl(cfg, budget_s: float, every: int, use_cpu: bool) -> dict:
+def run_trl(cfg, budget_s: float, every: int, use_cpu: bool, first: int = 0) -> dict:
     """Train TRL's GRPOTrainer on ``cfg`` 's task and settings for ``budget_s`` training seconds."""
     import dataclasses
     import tempfile
@@ -174,7 +179,7 @@ def run_trl(cfg, budget_s: float, every: int, use_cpu: bool) -> dict:
     if n_seq % micro:
         raise ValueError(f"train.micro_batch_size={micro} must divide prompts x G = {n_seq} for TRL's accumulation")
     callback = study_callback(heldout_evaluator(cfg, model, tokenizer, splits.heldout, judge), budget_s, every,
-                              cfg.train.steps, judge.name)
+                              cfg.train.steps, judge.name, first)
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}  # transformers 5 renamed gradient_checkpointing
     checkpointing = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
     funcs, weights = trl_reward_funcs(rewards, [k for k in splits.train[0] if k != "prompt"])

@@ -19,6 +19,9 @@ from typing import Any
 import _efficacy_stats as st
 
 GRPO, TRL = "grpo", "trl"
+# (grpokit row, TRL row, what both add to the study's GRPO, file suffix): the time-to-accuracy comparisons
+TRL_PAIRS = ((GRPO, TRL, "", ""),
+             ("grpo_overlong", "trl_overlong", "with overlong filtering (truncated completions masked) on both sides", "_overlong"))
 
 
 def pct(x: float | None, digits: int = 1) -> str:
@@ -49,9 +52,9 @@ def table(runs_by_method: dict[str, list[dict]], methods: list) -> list[str]:
     return out
 
 
-def grpo_vs_trl(runs_by_method: dict[str, list[dict]]) -> list[str]:
+def grpo_vs_trl(runs_by_method: dict[str, list[dict]], grpo_name: str = GRPO, trl_name: str = TRL) -> list[str]:
     """GRPO and TRL mean accuracy at equal steps and at equal training minutes, and the time ratio."""
-    grpo, trl = runs_by_method.get(GRPO, []), runs_by_method.get(TRL, [])
+    grpo, trl = runs_by_method.get(grpo_name, []), runs_by_method.get(trl_name, [])
     ratio, why = st.time_to_trl_accuracy_ratio(grpo, trl)
     holds, where = st.stays_above_trl(grpo, trl)
     stays = {True: "**yes**", False: "**no**", None: "not checked"}[holds]
@@ -67,6 +70,15 @@ def grpo_vs_trl(runs_by_method: dict[str, list[dict]]) -> list[str]:
         for x in grid(min(g[0][-1], t[0][-1]), axis == "step"):
             rows.append(f"| {axis} {x:.{digits}f} | {pct(st.interp(g[0], g[1], x))} | {pct(st.interp(t[0], t[1], x))} |")
     return out + rows + [""]
+
+
+def pair_of(stem: str, task: str) -> str | None:
+    """The ``TRL_PAIRS`` suffix of a figure named ``<task>_grpo_vs_trl<suffix>[_<version>]``, or None for another figure."""
+    head = f"{task}_grpo_vs_trl"
+    if not stem.startswith(head):
+        return None
+    rest = stem[len(head):]
+    return max((s for *_, s in TRL_PAIRS if rest.startswith(s)), key=len)
 
 
 def grid(end: float, integer: bool, n: int = 8) -> list[float]:
@@ -112,9 +124,15 @@ def task_section(task: Any, runs_by_method: dict[str, list[dict]], methods: list
     if diagnoses:  # one seed each by design: read beside their claim row, never a verdict of their own
         out += ["Diagnosis runs (one seed each, by design: each tests one cause of a row's shortfall and is read in "
                 "that row's note; no claim, no verdict):", ""] + table(runs_by_method, diagnoses) + [""]
-    out += ["### GRPO (grpokit) and TRL's GRPOTrainer, same task and budget", ""]
-    out += grpo_vs_trl(runs_by_method)
-    out += [f"![{Path(f).stem}](efficacy/{Path(f).name})" for f in figures] + ["", "### Each paper's claim", ""]
+    for grpo, trl, what, suffix in TRL_PAIRS:
+        if grpo != GRPO and not (runs_by_method.get(grpo) or runs_by_method.get(trl)):
+            continue
+        out += [f"### GRPO (grpokit) and TRL's GRPOTrainer, same task and budget{', ' + what if what else ''}", ""]
+        out += grpo_vs_trl(runs_by_method, grpo, trl)
+        out += [f"![{Path(f).stem}](efficacy/{Path(f).name})" for f in figures if pair_of(Path(f).stem, task.name) == suffix]
+        out += [""]
+    out += [f"![{Path(f).stem}](efficacy/{Path(f).name})" for f in figures if "_grpo_vs_trl" not in Path(f).stem]
+    out += ["", "### Each paper's claim", ""]
     out += [claim_sentence(m, runs_by_method, labels) for m in methods if m.claim]
     return out + [""]
 
@@ -190,8 +208,9 @@ def _finish(ax: Any, xlabel: str, ylabel: str, title: str) -> None:
     ax.legend(loc="best", fontsize="small")
 
 
-def plot_grpo_vs_trl(runs_by_method: dict[str, list[dict]], labels: dict[str, str], path: Path) -> bool:
-    sides = [(n, runs_by_method[n]) for n in (GRPO, TRL) if runs_by_method.get(n)]
+def plot_grpo_vs_trl(runs_by_method: dict[str, list[dict]], labels: dict[str, str], path: Path,
+                     pair: tuple[str, str] = (GRPO, TRL)) -> bool:
+    sides = [(n, runs_by_method[n]) for n in pair if runs_by_method.get(n)]
     if not sides:
         return False
     fig, (ax_min, ax_step) = _figure(2)
@@ -244,8 +263,9 @@ def plot_task(task: str, runs_by_method: dict[str, list[dict]], methods: list, f
     labels = {m.name: m.label for m in methods}
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for kind, draw in (("grpo_vs_trl", lambda p: plot_grpo_vs_trl(runs_by_method, labels, p)),
-                       ("methods", lambda p: plot_methods(runs_by_method, methods, p)),
+    pairs = [(f"grpo_vs_trl{suffix}", lambda p, pair=(g, t): plot_grpo_vs_trl(runs_by_method, labels, p, pair))
+             for g, t, _, suffix in TRL_PAIRS]
+    for kind, draw in (*pairs, ("methods", lambda p: plot_methods(runs_by_method, methods, p)),
                        ("diagnostics", lambda p: plot_diagnostics(runs_by_method, labels, p))):
         path = folder / f"{task}_{kind}{suffix}.png"
         if draw(path):

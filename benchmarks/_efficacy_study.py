@@ -49,6 +49,7 @@ class Plan:
     task_table: dict
     build_config: Callable  # (method, task, seed, sizes, out_dir, device, teacher) -> grpokit Config
     script: str
+    eval_first: int = 0  # also evaluate after each of the first this many steps (time-to-accuracy resolution)
 
 
 def code_version() -> str:
@@ -120,7 +121,7 @@ def run_child(plan: Plan, spec: dict) -> dict:
 
 def spec_for(plan: Plan, method: str, task: str, seed: int, out_dir: str, teacher: str | None, save: bool = False) -> dict:
     return {"mode": plan.mode, "method": method, "task": task, "seed": seed, "budget_min": plan.budget_min,
-            "eval_every": plan.eval_every, "sizes": dataclasses.asdict(plan.sizes), "device": plan.device,
+            "eval_every": plan.eval_every, "eval_first": plan.eval_first, "sizes": dataclasses.asdict(plan.sizes), "device": plan.device,
             "out_dir": out_dir, "teacher": teacher, "save": save}
 
 

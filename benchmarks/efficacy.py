@@ -134,6 +134,7 @@ class Method:
 
 # GRPO as TRL's reference run trains it: PPO-clip 0.2, token-mean loss, beta 0 (the grpo preset's k3 KL off)
 BASELINE = ("algorithm.beta=0.0", "algorithm.aggregation=token_mean")
+OVERLONG = ("algorithm.mask_truncated=true",)
 # mu = 2 passes over each batch [inferred]: on-policy (mu = 1) these losses' gradients equal GRPO's (ratio 1)
 OFF_POLICY = ("algorithm.num_iterations=2",)
 # the papers' structure (verl's ppo_mini_batch_size, as GSPO Sec. 5.1 states): each generation cut into 4
@@ -147,6 +148,11 @@ METHODS = {m.name: m for m in [
     Method("grpo", "GRPO", "grpo", BASELINE, "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models, arXiv 2402.03300",
            "group-relative advantages, without a value model, raise accuracy over the starting model.", "before", "gain"),
     Method("trl", "TRL GRPOTrainer (GRPO)", "grpo", BASELINE, side="trl"),
+    # the same pair with DAPO's overlong filtering (TRL's mask_truncated_completions) on both sides: a completion
+    # cut at the token cap stays in its group's statistics but gives no gradient, so no free tail after the
+    # answer is reinforced (the demo's length drift, docs/efficacy.md "Diagnoses")
+    Method("grpo_overlong", "GRPO + overlong filtering", "grpo", BASELINE + OVERLONG),
+    Method("trl_overlong", "TRL GRPOTrainer (GRPO) + overlong filtering", "grpo", BASELINE + OVERLONG, side="trl"),
     Method("dr_grpo", "Dr. GRPO", "dr_grpo", (), "Understanding R1-Zero-Like Training: A Critical Perspective, arXiv 2503.20783",
            "dropping the std and length normalisations keeps GRPO's accuracy and stops completions growing longer.", expect="match"),
     Method("dapo", "DAPO", "dapo", (), "DAPO: An Open-Source LLM Reinforcement Learning System at Scale, arXiv 2503.14476",
@@ -286,9 +292,9 @@ def child_main(spec: dict) -> None:
     cfg = build_config(method, TASKS[spec["task"]], spec["seed"], sizes, spec["out_dir"], spec["device"], spec["teacher"])
     budget_s = 60 * spec["budget_min"]
     if method.side == "trl":
-        record = child.run_trl(cfg, budget_s, spec["eval_every"], use_cpu=spec["device"] == "cpu")
+        record = child.run_trl(cfg, budget_s, spec["eval_every"], use_cpu=spec["device"] == "cpu", first=spec.get("eval_first", 0))
     else:
-        record = child.run_grpokit(cfg, budget_s, spec["eval_every"], save=spec["save"])
+        record = child.run_grpokit(cfg, budget_s, spec["eval_every"], save=spec["save"], first=spec.get("eval_first", 0))
     versions = {}
     for name in ("torch", "transformers", "trl"):
         try:
@@ -325,17 +331,21 @@ def probe(plan: study.Plan, out: Path) -> None:
 
 
 def eval_schedule(plan: study.Plan, results: dict) -> str:
-    """"every 5 steps" or, when cached rows were evaluated at different rates, each rate with its rows."""
-    rates: dict[int, list[str]] = {}
+    """"every 5 steps" or, when cached rows were evaluated at different rates, each rate with its rows
+    ("every 5 steps and after each of the first 5" for runs with ``--eval-first 5``)."""
+    def rate(every: int, first: int) -> str:
+        return f"{every} steps" + (f" and after each of the first {first}" if first else "")
+
+    rates: dict[str, list[str]] = {}
     for task, methods in results.items():
         for name, runs in methods.items():
-            for every in sorted({r["eval_every"] for r in runs}):
+            for every, first in sorted({(r["eval_every"], r.get("eval_first", 0)) for r in runs}):
                 label = f"{METHODS[name].label} ({task})"
-                if label not in rates.setdefault(every, []):
-                    rates[every].append(label)
+                if label not in rates.setdefault(rate(every, first), []):
+                    rates[rate(every, first)].append(label)
     if len(rates) <= 1:
-        return f"every {next(iter(rates), plan.eval_every)} steps"
-    return "every " + "; every ".join(f"{k} steps for {', '.join(v)}" for k, v in sorted(rates.items()))
+        return f"every {next(iter(rates), rate(plan.eval_every, plan.eval_first))}"
+    return "every " + "; every ".join(f"{k} for {', '.join(v)}" for k, v in sorted(rates.items()))
 
 
 def settings_lines(plan: study.Plan, results: dict | None = None) -> list[str]:
@@ -442,10 +452,13 @@ def report(plan: study.Plan, out: Path, into_kept: str | None = None) -> tuple[f
     else:
         rep.write_markdown(out / "efficacy.md", header, sections, not_run)
     for name in TASKS:
-        if name != "demo" and results.get(name):
-            ratio, why = st.time_to_trl_accuracy_ratio(results[name].get("grpo", []), results[name].get("trl", []))
-            print(f"task {name}: time_to_trl_accuracy_ratio={ratio:.3f} ({why}); "
-                  f"stays at or above TRL after: {st.stays_above_trl(results[name].get('grpo', []), results[name].get('trl', []))[0]}")
+        for grpo, trl, what, _ in rep.TRL_PAIRS:
+            runs = results.get(name, {})
+            if (name == "demo" and grpo == "grpo") or not (runs.get(grpo) and runs.get(trl)):
+                continue  # the demo's plain pair is the last line
+            ratio, why = st.time_to_trl_accuracy_ratio(runs[grpo], runs[trl])
+            print(f"task {name}{', ' + what if what else ''}: time_to_trl_accuracy_ratio={ratio:.3f} ({why}); "
+                  f"stays at or above TRL after: {st.stays_above_trl(runs[grpo], runs[trl])[0]}")
     demo = results.get("demo", {})
     return st.time_to_trl_accuracy_ratio(demo.get("grpo", []), demo.get("trl", []))
 
@@ -457,6 +470,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tasks", default=",".join(TASKS), help="comma list of " + ",".join(TASKS))
     p.add_argument("--budget-min", type=float, help=f"training minutes per run (default {STUDY.budget_min:g}; dry run {DRY.budget_min:g})")
     p.add_argument("--eval-every", type=int, help=f"held-out evaluation every N steps (default {STUDY.eval_every}; dry run {DRY.eval_every})")
+    p.add_argument("--eval-first", type=int, default=0,
+                   help="also evaluate after each of the first N steps (finer time-to-accuracy; default 0)")
     p.add_argument("--device", default="cpu", help="model.device of both sides (cpu, cuda)")
     p.add_argument("--cache-dir", type=Path, default=Path(__file__).resolve().parent / ".efficacy_cache")
     p.add_argument("--out", type=Path, help="folder of efficacy.md and efficacy/*.png (default docs/; dry run: <cache>/report)")
@@ -493,7 +508,7 @@ def make_plan(a: argparse.Namespace) -> study.Plan:
         mode="dry" if a.dry_run else "study", tasks=tasks, methods=methods, seeds=[int(s) for s in split(a.seeds)],
         budget_min=budget, eval_every=a.eval_every or sizes.eval_every, device=a.device, cache_dir=a.cache_dir,
         timeout_s=60 * timeout_min, version=a.code_version or study.code_version(), sizes=sizes, method_table=METHODS,
-        task_table=TASKS, build_config=build_config, script=str(Path(__file__).resolve()),
+        task_table=TASKS, build_config=build_config, script=str(Path(__file__).resolve()), eval_first=a.eval_first,
     )
 
 

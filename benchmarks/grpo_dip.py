@@ -1,14 +1,15 @@
 #!/usr/bin/env python
 """GRPO's mid-run dip on the efficacy study's demo settings: held-out greedy accuracy by step, coasting or not.
 
-    python benchmarks/grpo_dip.py --seeds 0,1 --steps 30 --eval-every 10            # both arms
+    python benchmarks/grpo_dip.py --seeds 0,1 --steps 30 --eval-every 10            # coast and skip
     python benchmarks/grpo_dip.py --seeds 0 --arms skip --steps 30 --dry-run         # tiny model, seconds
 
 Each run is the study's ``grpo`` row (``benchmarks/efficacy.py``: SmolLM2-135M-Instruct, 4 x 8
-completions, 32 new tokens, lr 2e-5, PPO-clip, token-mean, beta 0) driven step by step, with two
-arms that differ only in ``optim.step_without_gradient``: ``coast`` applies AdamW's update on a
-batch whose gradient is exactly 0 (every group solved or failed; the weights move on the momentum
-alone, as TRL and verl do), ``skip`` does not (grpokit's default). At every evaluation the greedy
+completions, 32 new tokens, lr 2e-5, PPO-clip, token-mean, beta 0) driven step by step, with arms
+(``ARMS``): ``coast`` applies AdamW's update on a batch whose gradient is exactly 0 (every group
+solved or failed; the weights move on the momentum alone, as TRL and verl do), ``skip`` does not
+(grpokit's default), ``mask`` is ``skip`` with DAPO's overlong filtering (a completion cut at the
+token cap gives no gradient; TRL's ``mask_truncated_completions``). At every evaluation the greedy
 held-out completions are judged (``answer_match``) and described: how many hit the token cap
 without EOS, the accuracy among those, and the first wrong ones, so a dip can be told apart from
 truncation or a format change. Prints one Markdown table; ``--out`` keeps each run's JSON.
@@ -25,11 +26,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-ARMS = {"coast": "true", "skip": "false"}
+# arm -> the config overrides it adds to the study's ``grpo`` row
+ARMS = {
+    "coast": ("optim.step_without_gradient=true",),
+    "skip": ("optim.step_without_gradient=false",),
+    # DAPO's overlong filtering (TRL's mask_truncated_completions): a completion cut at the token cap
+    # keeps its place in its group's statistics but gives no gradient, so no free tail is reinforced
+    "mask": ("optim.step_without_gradient=false", "algorithm.mask_truncated=true"),
+}
 
 
 def run(seed: int, arm: str, steps: int, every: int, dry_run: bool) -> dict:
-    """One run: the study's GRPO config with ``optim.step_without_gradient`` per ``arm``; evaluations and steps."""
+    """One run: the study's GRPO config with ``arm`` 's overrides (``ARMS``); evaluations and steps."""
     from efficacy import DRY, METHODS, STUDY, TASKS, build_config
     from grpokit.config.loading import apply_set, from_dict, to_dict
     from grpokit.config.schema import Config
@@ -41,7 +49,8 @@ def run(seed: int, arm: str, steps: int, every: int, dry_run: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="grpo-dip-") as tmp:
         sizes = dataclasses.replace(DRY, model=save_tiny_model(Path(tmp) / "tiny")) if dry_run else STUDY
         data = to_dict(build_config(METHODS["grpo"], TASKS["demo"], seed, sizes, tmp, "cpu"))
-        data = apply_set(data, f"optim.step_without_gradient={ARMS[arm]}")
+        for override in ARMS[arm]:
+            data = apply_set(data, override)
         trainer = Trainer(from_dict(Config, data, ""))
         rows = trainer.splits.heldout
         texts = trainer._prompt_texts(rows)
@@ -84,7 +93,7 @@ def table(records: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", default="0,1")
-    p.add_argument("--arms", default="coast,skip", help="comma list of coast,skip")
+    p.add_argument("--arms", default="coast,skip", help="comma list of " + ",".join(ARMS))
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--out", default="", help="folder for each run's JSON")

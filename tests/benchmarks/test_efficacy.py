@@ -303,3 +303,47 @@ def test_the_claim_table_holds_the_seeded_rows_and_the_one_seed_diagnoses_get_th
     at = next(i for i, l in enumerate(lines) if l.startswith("Diagnosis runs"))
     assert lines[at + 4].startswith("| " + efficacy.METHODS["disco_free"].label + " | 1 |")
     assert at > lines.index(claim_table[-1])
+
+
+def test_the_study_evaluates_every_n_steps_and_after_each_of_the_first_ones():
+    import _efficacy_child as child
+
+    assert [s for s in range(1, 13) if child.evaluates_at(s, 5, 0)] == [5, 10]
+    assert [s for s in range(1, 13) if child.evaluates_at(s, 5, 3)] == [1, 2, 3, 5, 10]
+
+
+def test_the_overlong_pair_masks_truncated_completions_on_both_sides_and_nothing_else_differs():
+    from _trl_side import grpo_config_kwargs
+
+    def cfg(name):
+        return efficacy.build_config(efficacy.METHODS[name], efficacy.TASKS["demo"], 0, efficacy.STUDY, "/tmp/x", "cpu")
+
+    plain, masked = cfg("grpo"), cfg("grpo_overlong")
+    assert (plain.algorithm.mask_truncated, masked.algorithm.mask_truncated) == (False, True)
+    assert {**vars(masked.algorithm), "mask_truncated": False} == vars(plain.algorithm)
+    assert efficacy.METHODS["trl_overlong"].side == "trl" and efficacy.METHODS["trl_overlong"].sets == efficacy.METHODS["grpo_overlong"].sets
+    assert grpo_config_kwargs(cfg("trl_overlong"))["mask_truncated_completions"] is True
+    assert grpo_config_kwargs(cfg("trl"))["mask_truncated_completions"] is False
+
+
+def test_each_trl_pair_gets_its_own_comparison_and_figure():
+    import _efficacy_report as rep
+
+    assert [rep.pair_of(s, "demo") for s in ("demo_grpo_vs_trl", "demo_grpo_vs_trl_abc1234", "demo_grpo_vs_trl_overlong",
+                                             "demo_grpo_vs_trl_overlong_abc1234", "demo_methods", "hard_grpo_vs_trl")] == [
+        "", "", "_overlong", "_overlong", None, None]
+    step = {"completion_len": 10.0, "zero_var_frac": 0.5, "skipped_rows": 0.0}
+    three = [{**run([0.0, 1.0, 2.0], [0.5, 0.8, 0.8 + k / 100]), "steps": [step] * 2} for k in range(3)]
+    slow = [{**run([0.0, 4.0, 8.0], [0.5, 0.7, 0.75]), "steps": [step] * 2} for _ in range(3)]
+    figures = [f"/x/demo_grpo_vs_trl{s}.png" for s in ("", "_overlong")] + ["/x/demo_methods.png"]
+    lines = rep.task_section(efficacy.TASKS["demo"], {"grpo": three, "trl": slow, "grpo_overlong": three, "trl_overlong": slow},
+                             list(efficacy.METHODS.values()), figures)
+    heads = [i for i, line in enumerate(lines) if line.startswith("### GRPO (grpokit) and TRL")]
+    assert len(heads) == 2 and "with overlong filtering" in lines[heads[1]]
+    # TRL reaches its final 75% at 8 min (linear from 70% at 4), grpokit at 0.25/0.3 x 1 min: ratio 8 / (0.25 / 0.3)
+    assert lines[heads[0] + 2] == lines[heads[1] + 2] == "`time_to_trl_accuracy_ratio=9.600`"
+    first, second = "\n".join(lines[heads[0]:heads[1]]), "\n".join(lines[heads[1]:])
+    assert "(efficacy/demo_grpo_vs_trl.png)" in first and "_overlong.png" not in first
+    assert "(efficacy/demo_grpo_vs_trl_overlong.png)" in second and "(efficacy/demo_methods.png)" in second
+    only_plain = rep.task_section(efficacy.TASKS["demo"], {"grpo": three, "trl": slow}, list(efficacy.METHODS.values()), figures)
+    assert sum(line.startswith("### GRPO (grpokit) and TRL") for line in only_plain) == 1
