@@ -108,7 +108,7 @@ def claim_sentence(m: Any, runs_by_method: dict[str, list[dict]], labels: dict[s
                 f"{lo:.2f}-{cmp['minutes']:.2f}: {pct(cmp['a'])} vs {pct(cmp['b'])} ({cmp['n_a']} vs {cmp['n_b']} "
                 f"seeds{se}; at {cmp['minutes']:.2f} min alone {pct(cmp['a_end'])} vs {pct(cmp['b_end'])}, "
                 f"{100 * cmp['delta_end']:+.1f} pp)")
-    note = f" {m.note}" if getattr(m, "note", "") else ""
+    note = f" {m.note}" if m.note else ""
     margin = st.non_inferiority_margin(st.compare(ref, None)) if m.expect == "match" and ref else None
     return f"{head} Here: {what}: {st.verdict(m.expect, cmp, margin)}.{note}"
 
@@ -118,8 +118,8 @@ def task_section(task: Any, runs_by_method: dict[str, list[dict]], methods: list
     out = [f"## Task `{task.name}`: {task.about}", ""]
     if not runs_by_method:
         return out + ["No runs cached for this task at this code version and budget (a study at another one may be in a section below).", ""]
-    rows = [m for m in methods if getattr(m, "seeds", 3) > 1]
-    diagnoses = [m for m in methods if getattr(m, "seeds", 3) == 1 and runs_by_method.get(m.name)]
+    rows = [m for m in methods if m.seeds > 1]
+    diagnoses = [m for m in methods if m.seeds == 1 and runs_by_method.get(m.name)]
     out += table(runs_by_method, rows) + [""]
     if diagnoses:  # one seed each by design: read beside their claim row, never a verdict of their own
         out += ["Diagnosis runs (one seed each, by design: each tests one cause of a row's shortfall and is read in "

@@ -231,10 +231,11 @@ def test_dry_run_study_trains_caches_resumes_and_reports(tmp_path):
     # grpokit's steps record the optimizer updates applied (0 on an all-tied batch) and the clipped token fraction
     assert all(s["updates"] in (0.0, 1.0) and "clip_frac" in s for s in runs["grpo"]["steps"])
     assert all((s["updates"] == 0.0) == (s["grad_norm"] == 0.0) for s in runs["grpo"]["steps"])
-    # the learning rate each step used: grpokit warms up as (step + 1) / 3 x 2e-5, TRL's constant_with_warmup as step / 2
+    # the learning rate each step used: both warm up as (step + 1) / 3 x 2e-5 (TRL's HF constant_with_warmup would
+    # give step / 2: lr 0 on its first step)
     assert [s["lr"] for s in runs["grpo"]["steps"][:3]] == pytest.approx([2e-5 / 3, 4e-5 / 3, 2e-5], rel=1e-6)
     if HAS_TRL:
-        assert [s["lr"] for s in runs["trl"]["steps"][:3]] == pytest.approx([0.0, 1e-5, 2e-5], rel=1e-6)
+        assert [s["lr"] for s in runs["trl"]["steps"][:3]] == pytest.approx([2e-5 / 3, 4e-5 / 3, 2e-5], rel=1e-6)
     # a rerun finds everything cached and runs nothing
     again = study(tmp_path, "--methods", "grpo,trl,kdrl", "--seeds", "0")
     assert "running " not in again.stderr and "seed(s) [0] cached" in again.stderr
@@ -279,13 +280,18 @@ def test_regenerating_the_report_keeps_the_sections_other_benchmarks_wrote(tmp_p
 def test_a_diagnosis_row_is_pending_for_its_one_seed_only():
     from types import SimpleNamespace
 
-    plan = SimpleNamespace(tasks=["hard"])
+    plan = SimpleNamespace(tasks=["hard"], methods=list(efficacy.METHODS))
     full = {name: [{}] * 3 for name in efficacy.METHODS}
     assert efficacy.pending(plan, {"hard": full}) == []
     assert efficacy.METHODS["disco_free"].seeds == 1 and efficacy.METHODS["disco"].seeds == 3
     one_each = {"hard": {**full, "disco_free": [{}], "disco": [{}]}}
     assert "`disco` 1" in efficacy.pending(plan, one_each)[0] and "disco_free" not in efficacy.pending(plan, one_each)[0]
     assert "`disco_free` 0" in efficacy.pending(plan, {"hard": {**full, "disco_free": []}})[0]
+    # a study of some rows (--methods) is pending on those rows only
+    pair = SimpleNamespace(tasks=["demo"], methods=["grpo_overlong", "trl_overlong"])
+    assert efficacy.pending(pair, {"demo": {"grpo_overlong": [{}] * 3, "trl_overlong": [{}] * 3}}) == []
+    assert efficacy.pending(pair, {"demo": {"grpo_overlong": [{}] * 3}}) == [
+        "- `demo`: `trl_overlong` 0 (of 3 seeds; the study resumes where it stopped)"]
 
 
 def test_the_claim_table_holds_the_seeded_rows_and_the_one_seed_diagnoses_get_their_own():
