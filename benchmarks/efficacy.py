@@ -368,8 +368,10 @@ def settings_lines(plan: study.Plan, results: dict | None = None) -> list[str]:
         "[inferred]; the \"mini-batches\" rows, SAPO, GSPO's preset and humanline offline cut each generation into 4 "
         "mini-batches of whole groups, one update each, every completion used once (the papers' structure). KDRL's teacher is a GRPO run of the same budget (seed 1000), not counted in KDRL's minutes. TTRL and "
         "SPINE train without labels on the task's training prompts (not on the held-out ones, as test-time RL would).",
-        "- Still different between grpokit and TRL: the warm-up shape (grpokit lr x 1/3, 2/3 on steps 1-2; TRL's "
-        "`constant_with_warmup` x 0, 1/2), each library's prompt order (both vary with the seed: grpokit's `data.order_seed` = the seed since "
+        "- Both sides warm up as grpokit does, lr x 1/3, 2/3 on steps 1-2, from 2026-12-06 (code `8798adc`: TRL's "
+        "Trainer builds grpokit's schedule). TRL runs of earlier code used HF's `constant_with_warmup`, x 0, 1/2: their "
+        "first step had lr 0 and did not move the weights while its minutes (about 0.4 on these machines) counted.",
+        "- Still different between grpokit and TRL: each library's prompt order (both vary with the seed: grpokit's `data.order_seed` = the seed since "
         "2026-12-05, before which grpokit's seeds varied sampling only; seed 0 is the same order either way), sampling code (grpokit's decode loop vs `transformers.generate`), and grpokit "
         "leaving zero-advantage rows out of the learner (the same update). Runs of code before 2026-12-05 also applied "
         "AdamW's update on a batch whose gradient is exactly 0, as TRL does (the weights coast on the momentum); later "
@@ -440,9 +442,10 @@ def report(plan: study.Plan, out: Path, into_kept: str | None = None) -> tuple[f
         sections.append(rep.task_section(task, results.get(task.name, {}), methods, figures))
     out.mkdir(parents=True, exist_ok=True)
     if into_kept:  # this version's tasks beside the report's own version: one kept section, the rest stays
+        some_methods = "" if set(plan.methods) == set(METHODS) else f" --methods {','.join(plan.methods)}"
         lines = [f"## Study at code `{plan.version}`, {plan.budget_min:g} training minutes per run "
                  f"(`python benchmarks/efficacy.py --report-only --code-version {plan.version} --budget-min {plan.budget_min:g} "
-                 f"--tasks {','.join(plan.tasks)} --into-kept {into_kept}`)", ""]
+                 f"--tasks {','.join(plan.tasks)}{some_methods} --into-kept {into_kept}`)", ""]
         for line in header[2:] + [line for section in sections for line in section]:
             lines.append("#" + line if line.startswith("#") else line)  # one heading level down, under the title
         if not_run:
