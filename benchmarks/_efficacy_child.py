@@ -163,7 +163,7 @@ def use_grpokit_schedule(trainer, optim_cfg) -> None:
     HF's warm-up schedules start at lr 0 (``constant_with_warmup`` with 2 warm-up steps: x 0, 1/2, 1), so TRL's
     first optimizer step would not move the weights while its minutes count; grpokit's warm-up is x (k + 1) /
     (warmup + 1) (1/3, 2/3, 1). From 2026-12-06 both sides step with the same rates (before, TRL's first step
-    was lost: about 0.4 of its first minutes on the demo task).
+    was lost: about 0.4 training minutes a run on the demo task).
     """
     from grpokit.trainer.setup import build_scheduler
 
