@@ -336,16 +336,16 @@ def eval_schedule(plan: study.Plan, results: dict) -> str:
     def rate(every: int, first: int) -> str:
         return f"{every} steps" + (f" and after each of the first {first}" if first else "")
 
-    rates: dict[str, list[str]] = {}
+    rates: dict[tuple[int, int], list[str]] = {}
     for task, methods in results.items():
         for name, runs in methods.items():
-            for every, first in sorted({(r["eval_every"], r.get("eval_first", 0)) for r in runs}):
+            for key in sorted({(r["eval_every"], r.get("eval_first", 0)) for r in runs}):
                 label = f"{METHODS[name].label} ({task})"
-                if label not in rates.setdefault(rate(every, first), []):
-                    rates[rate(every, first)].append(label)
+                if label not in rates.setdefault(key, []):
+                    rates[key].append(label)
     if len(rates) <= 1:
-        return f"every {next(iter(rates), rate(plan.eval_every, plan.eval_first))}"
-    return "every " + "; every ".join(f"{k} for {', '.join(v)}" for k, v in sorted(rates.items()))
+        return f"every {rate(*next(iter(rates), (plan.eval_every, plan.eval_first)))}"
+    return "every " + "; every ".join(f"{rate(*k)} for {', '.join(v)}" for k, v in sorted(rates.items()))
 
 
 def settings_lines(plan: study.Plan, results: dict | None = None) -> list[str]:
@@ -506,6 +506,8 @@ def make_plan(a: argparse.Namespace) -> study.Plan:
         if not (folder / "config.json").exists():
             save_tiny_model(folder, seed=0)
         sizes = dataclasses.replace(sizes, model=str(folder))
+    if a.eval_first < 0:
+        raise SystemExit(f"efficacy: --eval-first must be >= 0 (got {a.eval_first}): the number of first steps evaluated")
     budget = a.budget_min if a.budget_min is not None else sizes.budget_min
     timeout_min = a.timeout_min if a.timeout_min is not None else (3.0 if a.dry_run else 3 * budget + 15)
     return study.Plan(

@@ -316,6 +316,14 @@ def test_the_study_evaluates_every_n_steps_and_after_each_of_the_first_ones():
 
     assert [s for s in range(1, 13) if child.evaluates_at(s, 5, 0)] == [5, 10]
     assert [s for s in range(1, 13) if child.evaluates_at(s, 5, 3)] == [1, 2, 3, 5, 10]
+    with pytest.raises(SystemExit, match="--eval-first must be >= 0"):
+        efficacy.make_plan(efficacy.parse_args(["--eval-first", "-1"]))
+    # the report names each rate in numeric order, with its rows
+    from types import SimpleNamespace
+
+    results = {"demo": {"grpo": [{"eval_every": 10}], "trl": [{"eval_every": 5, "eval_first": 5}]}}
+    assert efficacy.eval_schedule(SimpleNamespace(eval_every=5, eval_first=0), results) == (
+        "every 5 steps and after each of the first 5 for TRL GRPOTrainer (GRPO) (demo); every 10 steps for GRPO (demo)")
 
 
 def test_the_overlong_pair_masks_truncated_completions_on_both_sides_and_nothing_else_differs():
