@@ -499,6 +499,10 @@ def make_plan(a: argparse.Namespace) -> study.Plan:
         bad = [n for n in names if n not in table]
         if bad:
             raise SystemExit(f"efficacy: unknown {kind}(s) {bad}; choose from {', '.join(table)}")
+    if a.eval_first < 0:
+        raise SystemExit(f"efficacy: --eval-first must be >= 0 (got {a.eval_first}): the number of first steps evaluated")
+    if a.eval_every is not None and a.eval_every < 1:  # 0 was read as "not given" and became the default
+        raise SystemExit(f"efficacy: --eval-every must be >= 1 (got {a.eval_every}): evaluate every N steps")
     if a.dry_run:
         from grpokit.testing import save_tiny_model
 
@@ -506,8 +510,6 @@ def make_plan(a: argparse.Namespace) -> study.Plan:
         if not (folder / "config.json").exists():
             save_tiny_model(folder, seed=0)
         sizes = dataclasses.replace(sizes, model=str(folder))
-    if a.eval_first < 0:
-        raise SystemExit(f"efficacy: --eval-first must be >= 0 (got {a.eval_first}): the number of first steps evaluated")
     budget = a.budget_min if a.budget_min is not None else sizes.budget_min
     timeout_min = a.timeout_min if a.timeout_min is not None else (3.0 if a.dry_run else 3 * budget + 15)
     return study.Plan(

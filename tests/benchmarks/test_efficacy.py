@@ -318,6 +318,8 @@ def test_the_study_evaluates_every_n_steps_and_after_each_of_the_first_ones():
     assert [s for s in range(1, 13) if child.evaluates_at(s, 5, 3)] == [1, 2, 3, 5, 10]
     with pytest.raises(SystemExit, match="--eval-first must be >= 0"):
         efficacy.make_plan(efficacy.parse_args(["--eval-first", "-1"]))
+    with pytest.raises(SystemExit, match="--eval-every must be >= 1"):
+        efficacy.make_plan(efficacy.parse_args(["--eval-every", "0"]))
     # the report names each rate in numeric order, with its rows
     from types import SimpleNamespace
 
