@@ -53,6 +53,11 @@ def run_arm(method: str, task: str, seed: int, steps: int, declared: bool, dry_r
     if not declared:  # the reference: a loss that declares no zero gradient (every row, every update)
         spec = trainer.loss_spec
         trainer.loss_spec = dataclasses.replace(spec, props={**spec.props, "zero_advantage_zero_gradient": False})
+    return timed_steps(trainer, steps)
+
+
+def timed_steps(trainer, steps: int) -> list[dict]:
+    """``steps`` training steps of ``trainer``: each step's metrics plus its wall seconds (``wall_s``); closes its logger."""
     out = []
     for _ in range(steps):
         t0 = time.perf_counter()

@@ -6,7 +6,9 @@ Two paths with identical results (tested to 1e-5, values and gradients):
 * ``share_prompt=True`` (default): each distinct prompt of the micro-batch is encoded once, its
   KV cache is expanded to the G completions of its group (a differentiable index, so gradients
   from every completion flow back into the shared prompt), and only completion tokens are run.
-  With G completions per prompt this removes (G - 1) / G of the prompt compute.
+  With G completions per prompt this removes (G - 1) / G of the prompt compute. Where the model
+  allows it and it is cheaper, the G completions then run as one padding-free row per group
+  (``pack=True``, :mod:`grpokit.model.packed_completions`; tested equal to 1e-5 too).
 
 Only real (unpadded) completion positions reach the LM head, and the head itself runs through
 :func:`grpokit.model.chunked_head.head_logprobs`: logits exist one ``[chunk, V]`` block at a time
@@ -26,6 +28,7 @@ import torch
 
 from grpokit.model.checkpointing import PrefixCache, checkpointed_layers
 from grpokit.model.chunked_head import head_logprobs
+from grpokit.model.packed_completions import can_pack, completions_contiguous, packed_completion_hidden, packing_pays
 from grpokit.model.streambp_layers import streamed_layers
 
 
@@ -199,8 +202,13 @@ def _completion_hidden_shared(
     checkpoint: bool = False,
     prompt_stage: Optional[PromptStage] = None,
     stream_chunk: int = 0,
+    pack: bool = True,
 ) -> torch.Tensor:
     """Final hidden states ``[B, T, H]`` that predict each completion token, each prompt encoded once.
+
+    ``pack``: run each group's completions as one padding-free row after its prompt where the
+    model allows it and it costs fewer FLOPs (:mod:`grpokit.model.packed_completions`; the same
+    hidden states); otherwise the prompt cache is expanded to the B padded rows.
 
     ``checkpoint``: the completion forward (not the small prompt forward, which writes the cache)
     runs with per-layer activation checkpointing over a read-only :class:`PrefixCache`.
@@ -223,6 +231,12 @@ def _completion_hidden_shared(
     first_hidden = last[inverse]  # [B, 1, H]: predicts completion token 0
     if completion_ids.shape[1] == 1:
         return first_hidden
+    if pack and _packs(decoder, p_mask, completion_mask, inverse, stream_chunk):  # the group's completions in one row
+        rest = packed_completion_hidden(
+            decoder, PrefixCache.of(cache) if checkpoint else cache, cache_kwarg(decoder), completion_ids, completion_mask,
+            inverse, p_mask, checkpointed_layers(decoder) if checkpoint else None,
+        )
+        return torch.cat([first_hidden, rest], dim=1)
     cache.reorder_cache(inverse)  # differentiable expansion [n, ...] -> [B, ...]
     attention = torch.cat([prompt_mask, completion_mask[:, :-1]], dim=1)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, prompt_ids.shape[1] :]
@@ -234,6 +248,16 @@ def _completion_hidden_shared(
             use_cache=True, **{cache_kwarg(decoder): cache},
         ).last_hidden_state  # [B, T-1, H]
     return torch.cat([first_hidden, rest], dim=1)
+
+
+def _packs(decoder, p_mask: torch.Tensor, completion_mask: torch.Tensor, inverse: torch.Tensor, stream_chunk: int) -> bool:
+    """Whether the packed-row layout computes these completions' hidden states (exactly) for less.
+
+    Not under StreamBP's layer mode (its chunks cut the sequence, not packed rows).
+    """
+    if stream_chunk or not can_pack(decoder, p_mask.shape[1] + completion_mask.shape[1]):
+        return False
+    return completions_contiguous(completion_mask) and packing_pays(decoder, completion_mask, inverse, len(p_mask), p_mask.shape[1])
 
 
 def _completion_hidden_full(
@@ -311,6 +335,7 @@ def completion_logprobs(
     checkpoint: bool = False,
     prompt_stage: Optional[PromptStage] = None,
     stream_chunk: int = 0,
+    pack: bool = True,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """log pi(o_t | q, o_<t) for every completion token, ``[B, T]`` (and entropy ``[B, T]``).
 
@@ -325,13 +350,16 @@ def completion_logprobs(
     must call its ``backward()`` after back-propagating the loss. ``stream_chunk`` > 0: each decoder
     layer checkpointed at its input and its backward recomputed and back-propagated in chunks of
     that many rows along the sequence (StreamBP, arXiv 2506.03077; :mod:`grpokit.model.streambp_layers`).
+    ``pack`` (shared-prompt hidden-state path): each group's completions as one padding-free row
+    where that is exact and cheaper (:mod:`grpokit.model.packed_completions`); False keeps ``[B, T]``.
     """
     parts = decoder_and_head(model) if fused_head else None
     if parts is not None:
         decoder, weight = parts
         if share_prompt and group_ids is not None:
             hidden = _completion_hidden_shared(
-                decoder, prompt_ids, prompt_mask, completion_ids, completion_mask, group_ids, checkpoint, prompt_stage, stream_chunk
+                decoder, prompt_ids, prompt_mask, completion_ids, completion_mask, group_ids, checkpoint, prompt_stage, stream_chunk,
+                pack,
             )
         else:
             hidden = _completion_hidden_full(decoder, prompt_ids, prompt_mask, completion_ids, completion_mask, checkpoint, stream_chunk)

@@ -106,7 +106,8 @@ class CausalLMFamily(Family):
         return CausalLMPolicy(
             model, tokenizer, backend, reference=reference, teacher=teacher,
             temperature=cfg.rollout.temperature if cfg.model.temperature_in_logprobs else 1.0,
-            sequence_chunk=cfg.train.sequence_chunk, streambp=cfg.train.streambp, checkpoint=cfg.train.activation_checkpointing, use_reference=needs_ref,
+            sequence_chunk=cfg.train.sequence_chunk, streambp=cfg.train.streambp, checkpoint=cfg.train.activation_checkpointing,
+            pack=cfg.train.pack_completions, use_reference=needs_ref,
         )
 
     def build_offline_policy(self, cfg: Any, model: torch.nn.Module, tokenizer: Any, *, reference: Optional[torch.nn.Module],
@@ -118,7 +119,8 @@ class CausalLMFamily(Family):
         return CausalLMPolicy(
             model, tokenizer, backend, reference=reference,
             temperature=1.0,  # the data's own distribution: no sampling temperature in offline log-probs
-            sequence_chunk=cfg.train.sequence_chunk, streambp=cfg.train.streambp, checkpoint=cfg.train.activation_checkpointing, use_reference=needs_ref,
+            sequence_chunk=cfg.train.sequence_chunk, streambp=cfg.train.streambp, checkpoint=cfg.train.activation_checkpointing,
+            pack=cfg.train.pack_completions, use_reference=needs_ref,
         )
 
 

@@ -27,19 +27,21 @@ class CausalLMPolicy(ModulePolicy):
     temperature: learner logits are divided by it (as the sampler did); sequence_chunk > 0:
     StreamBP chunks of that many tokens, streamed over a kept KV cache (streambp 'cache',
     :mod:`grpokit.model.streambp`) or layer by layer inside checkpointing ('layer',
-    :mod:`grpokit.model.streambp_layers`); checkpoint: recompute decoder layers in the backward.
+    :mod:`grpokit.model.streambp_layers`); checkpoint: recompute decoder layers in the backward;
+    pack: the learner's completions of a group as one padding-free row where exact and cheaper.
     The reference is a frozen copy, or for LoRA the policy with its adapter disabled.
     """
 
     def __init__(
         self, module: torch.nn.Module, tokenizer: Any, backend: Any, *, reference: Optional[torch.nn.Module] = None,
         teacher: Optional[torch.nn.Module] = None, temperature: float = 1.0, sequence_chunk: int = 0,
-        streambp: str = "cache", checkpoint: bool = False, use_reference: bool = False,
+        streambp: str = "cache", checkpoint: bool = False, use_reference: bool = False, pack: bool = True,
     ) -> None:
         self.module, self.tokenizer, self.backend = module, tokenizer, backend
         self.reference, self.teacher = reference, teacher
         self.use_reference = use_reference  # the run needs reference log-probs
         self.temperature, self.sequence_chunk, self.checkpoint = temperature, sequence_chunk, checkpoint
+        self.pack = pack  # a group's completions as one padding-free row (grpokit.model.packed_completions)
         if streambp not in ("cache", "layer"):
             raise ValueError(f"train.streambp={streambp!r}: choose cache or layer")
         self.streambp = streambp
@@ -73,7 +75,7 @@ class CausalLMPolicy(ModulePolicy):
         with ctx:
             logp, _ = self.logprobs(
                 module, mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask,
-                group_ids=mb.group_ids, temperature=self.temperature,
+                group_ids=mb.group_ids, temperature=self.temperature, pack=self.pack,
             )
         return logp
 
@@ -107,7 +109,8 @@ class CausalLMPolicy(ModulePolicy):
         streamed = {"stream_chunk": self.sequence_chunk} if self.sequence_chunk > 0 else {}  # streambp 'layer'
         logp, entropy = self.logprobs(
             self.module, *tensors, group_ids=mb.group_ids, temperature=self.temperature,
-            with_entropy=with_entropy, entropy_grad=entropy_grad, checkpoint=self.checkpoint, prompt_stage=prompt_stage, **streamed,
+            with_entropy=with_entropy, entropy_grad=entropy_grad, checkpoint=self.checkpoint, prompt_stage=prompt_stage,
+            pack=self.pack, **streamed,
         )
 
         def backward(loss: torch.Tensor) -> None:
