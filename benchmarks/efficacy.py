@@ -14,7 +14,8 @@ step: reward, training accuracy, mean completion length, fraction of zero-varian
 skipped, learning rate, grad norm (``_efficacy_child.py``). Its record is cached as one JSON per
 (mode, task, method, seed, budget, code version) under ``--cache-dir``, written atomically, so a
 killed study resumes and a study grows across days; the report is regenerated from every cached
-run of this code version and budget (``_efficacy_report.py``, statistics in ``_efficacy_stats.py``).
+run of this code version and budget on the ``--tasks`` (``_efficacy_report.py``, statistics in
+``_efficacy_stats.py``).
 The code version is the commit, plus a hash of ``src/grpokit`` when it differs from the commit
 (``--code-version`` pins one). The last stdout line is::
 
@@ -436,7 +437,7 @@ def report(plan: study.Plan, out: Path, into_kept: str | None = None) -> tuple[f
     ] + settings_lines(plan, results)
     sections = []
     for task in TASKS.values():
-        if into_kept and task.name not in plan.tasks:
+        if task.name not in plan.tasks:  # --tasks: the report (or kept section) holds these tasks only
             continue
         figures = rep.plot_task(task.name, results.get(task.name, {}), methods, out / "efficacy", suffix=f"_{plan.version}" if into_kept else "")
         sections.append(rep.task_section(task, results.get(task.name, {}), methods, figures))
@@ -455,7 +456,7 @@ def report(plan: study.Plan, out: Path, into_kept: str | None = None) -> tuple[f
         rep.write_kept(out / "efficacy.md", into_kept, lines)
     else:
         rep.write_markdown(out / "efficacy.md", header, sections, not_run)
-    for name in TASKS:
+    for name in plan.tasks:
         for grpo, trl, what, _ in rep.TRL_PAIRS:
             runs = results.get(name, {})
             if (name == "demo" and grpo == "grpo") or not (runs.get(grpo) and runs.get(trl)):

@@ -245,6 +245,7 @@ def test_dry_run_study_trains_caches_resumes_and_reports(tmp_path):
     study(tmp_path, "--report-only")
     text = doc.read_text()
     assert "| GRPO | 1 |" in text and "| KDRL | 1 |" in text and "time_to_trl_accuracy_ratio=" in text
+    assert "## Task `demo`" in text and "## Task `hard`" not in text  # --tasks: the report holds those tasks only
     assert ("| TRL GRPOTrainer (GRPO) | 1 |" in text) == HAS_TRL
     assert "**DAPO** (DAPO: An Open-Source LLM Reinforcement Learning System at Scale, arXiv 2503.14476)" in text
     for name in ("demo_grpo_vs_trl.png", "demo_methods.png", "demo_diagnostics.png"):
