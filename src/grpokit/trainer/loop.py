@@ -37,7 +37,7 @@ from grpokit.trainer.hint_traces import answer_conditioned_sampler
 from grpokit.trainer.inputs import RunContractError, check_data, check_run, check_tokenizer, needed_inputs, run_family
 from grpokit.trainer.learn_batch import LearnBatch
 from grpokit.trainer.learner import Objective
-from grpokit.trainer.memory import release_free_memory, tune_malloc
+from grpokit.trainer.memory import configure_cpu_memory, release_free_memory, tune_malloc
 from grpokit.trainer.metrics import RunLogger, reward_metrics, rollout_entropy, sample_records
 from grpokit.trainer.progress import StepProgress
 from grpokit.trainer.updates import UpdateSteps
@@ -81,7 +81,9 @@ class Trainer(UpdateSteps):
         check_run(cfg)  # a method without its inputs, or an unknown option key: one line, before anything loads
         if sharding_problem(cfg):  # distributed.learner=fsdp without torchrun or with an option it cannot honour
             raise RunContractError(sharding_problem(cfg))
-        tune_malloc(device=setup.check_device(cfg))  # model.device / model.dtype this machine lacks: one line
+        device = setup.check_device(cfg)  # model.device / model.dtype this machine lacks: one line
+        tune_malloc(device=device)
+        configure_cpu_memory(cfg.train.cpu_memory, device=device)  # keep or hand back freed pages between steps
         self.cfg = cfg
         if cfg.model.threads:
             torch.set_num_threads(cfg.model.threads)

@@ -5,9 +5,17 @@ PyTorch's CPU allocator takes every tensor from ``malloc``. glibc serves blocks 
 up to 32 MiB each time such a block is freed, after which the learner's activations (most of
 them 0.1-30 MiB) come from the heap, where freed blocks stay resident between phases.
 
-* :func:`release_free_memory` (``malloc_trim``) hands freed heap pages back after sampling and
-  after learning: cheap, always on. Measured on the benchmark step (SmolLM2-135M, 32 x 64
-  tokens): RSS between steps 1.96 GiB instead of 2.4-3.2 GiB.
+* :func:`configure_cpu_memory` applies ``train.cpu_memory``. ``release`` (the default):
+  :func:`release_free_memory` (``malloc_trim``) hands freed heap pages back after sampling and
+  after learning; measured on the benchmark step (SmolLM2-135M, 32 x 64 tokens, AMD EPYC): RSS
+  between steps 1.96 GiB instead of 2.4-3.2 GiB. Every page handed back is faulted in again by
+  the next step. ``reuse``: freed memory stays in the process for the next step's tensors (trim
+  threshold at its maximum, mmap threshold fixed at glibc's 32 MiB cap, no ``malloc_trim``).
+  On the efficacy study's demo step (Intel Xeon, 2 threads, 8 steps,
+  ``benchmarks/step_arms.py --compare cpu_memory``): 577k -> 241k minor faults and 1.28 -> 0.74
+  system seconds a step, steps 5.65 -> 5.49 s (1.03x), peak RSS 3.27 -> 3.51 GB (1.07x). The
+  gradient block (:func:`allocate_gradients`, freed by ``zero_grad``) is still mapped afresh
+  each step (~135k of the remaining faults).
 * :func:`tune_malloc` fixes both thresholds at 1 MiB so every large tensor is ``mmap``-ed and
   unmapped. It is **opt-in** (``GRPOKIT_MALLOC_TUNING=1``): it barely lowers the *peak*
   (3383 vs 3406 MiB) and the page faults of fresh mappings cost ~20% of the step (73 s vs 57 s,
@@ -32,6 +40,8 @@ from grpokit.devices import DeviceLike, is_cpu
 log = logging.getLogger(__name__)
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD_MAX = 32 << 20  # glibc's mallopt refuses a larger mmap threshold on 64-bit (HEAP_MAX_SIZE / 2)
+_RELEASE = True  # train.cpu_memory of the last configured run: hand freed pages back (release) or keep them (reuse)
 
 
 @functools.lru_cache(maxsize=1)
@@ -57,9 +67,31 @@ def tune_malloc(threshold_bytes: int = 1 << 20, *, device: DeviceLike = "cpu") -
     return ok
 
 
+def configure_cpu_memory(mode: str, *, device: DeviceLike = "cpu") -> bool:
+    """Apply ``train.cpu_memory`` (``reuse`` or ``release``) to this process; True if glibc took the thresholds.
+
+    ``reuse`` fixes the trim threshold at its maximum and the mmap threshold at 32 MiB (so freed
+    blocks up to that size stay in the heap and the next step's tensors reuse them without page
+    faults) and turns :func:`release_free_memory` into a no-op. ``GRPOKIT_MALLOC_TUNING=1``
+    (:func:`tune_malloc`, every large tensor mapped and unmapped) takes precedence over ``reuse``.
+    Off the CPU, or without glibc, nothing changes.
+    """
+    global _RELEASE
+    if mode not in ("reuse", "release"):
+        raise ValueError(f"train.cpu_memory={mode!r}: choose reuse or release")
+    _RELEASE = mode == "release" or os.environ.get("GRPOKIT_MALLOC_TUNING", "0") == "1"
+    libc = _libc()
+    if _RELEASE or not is_cpu(device) or libc is None:
+        return False
+    return libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1) == 1 and libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX) == 1
+
+
 def release_free_memory(device: DeviceLike = "cpu") -> None:
-    """Return freed heap memory to the OS (``malloc_trim(0)``); a no-op where not glibc or off the CPU."""
-    if not is_cpu(device):
+    """Return freed heap memory to the OS (``malloc_trim(0)``) under ``train.cpu_memory=release``.
+
+    A no-op under ``reuse``, where not glibc, or off the CPU.
+    """
+    if not is_cpu(device) or not _RELEASE:
         return
     libc = _libc()
     if libc is not None:
