@@ -154,6 +154,10 @@ METHODS = {m.name: m for m in [
     # answer is reinforced (the demo's length drift, docs/efficacy.md "Diagnoses")
     Method("grpo_overlong", "GRPO + overlong filtering", "grpo", BASELINE + OVERLONG),
     Method("trl_overlong", "TRL GRPOTrainer (GRPO) + overlong filtering", "grpo", BASELINE + OVERLONG, side="trl"),
+    # diagnosis: GRPO's mid-run low on the hard task (DAPO has none) with DAPO's dynamic sampling alone (arXiv 2503.14476,
+    # Sec. 3.2). Clip-higher alone would change nothing here: at one update per batch every ratio is 1, no clip acts
+    Method("grpo_dynamic", "GRPO + dynamic sampling (diagnosis)", "grpo",
+           BASELINE + ("algorithm.dynamic_sampling=true", "algorithm.max_sampling_rounds=4"), seeds=1),
     Method("dr_grpo", "Dr. GRPO", "dr_grpo", (), "Understanding R1-Zero-Like Training: A Critical Perspective, arXiv 2503.20783",
            "dropping the std and length normalisations keeps GRPO's accuracy and stops completions growing longer.", expect="match"),
     Method("dapo", "DAPO", "dapo", (), "DAPO: An Open-Source LLM Reinforcement Learning System at Scale, arXiv 2503.14476",
