@@ -102,7 +102,7 @@ def test_packing_pays_for_short_completions_not_for_one_long_row():
     decoder = model.get_decoder()
     short = torch.zeros(8, 32, dtype=torch.long)
     short[:, :4] = 1
-    short[0] = 1  # one row at the cap: the padded layout runs 8 x 31 positions for 8 x 3 + 28 real ones
+    short[0] = 1  # one row at the cap: the padded layout runs 8 x 31 input positions for 7 x 3 + 31 real ones
     assert packing_pays(decoder, short, torch.zeros(8, dtype=torch.long), 1, 8)
     long = torch.ones(8, 1024, dtype=torch.long)  # no padding: one 8k-token row only adds attention
     assert not packing_pays(decoder, long, torch.zeros(8, dtype=torch.long), 1, 8)

@@ -59,7 +59,12 @@ def test_cpu_memory_reuse_keeps_freed_pages_and_release_trims(monkeypatch):
         assert libc.calls == [("malloc_trim", 0)]
         libc.calls.clear()
         monkeypatch.delenv("GRPOKIT_MALLOC_TUNING")
-        assert memory.configure_cpu_memory("reuse", device="meta") is False and libc.calls == []  # off the CPU
+        with pytest.raises(ValueError, match="train.cpu_memory=reuse .*model.device=meta"):  # off the CPU it could not act
+            memory.configure_cpu_memory("reuse", device="meta")
+        assert libc.calls == [] and memory.configure_cpu_memory("release", device="meta") is False
+        monkeypatch.setattr(memory, "_libc", lambda: None)
+        with pytest.raises(ValueError, match="no glibc"):
+            memory.configure_cpu_memory("reuse")
         with pytest.raises(ValueError, match="train.cpu_memory"):
             memory.configure_cpu_memory("keep")
     finally:

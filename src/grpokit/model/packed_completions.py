@@ -45,6 +45,13 @@ def can_pack(decoder: torch.nn.Module, total_len: int) -> bool:
     return not (sliding and total_len > int(window))
 
 
+def packed_width(completion_mask: torch.Tensor, inverse: torch.Tensor, n_groups: int) -> int:
+    """S: the longest group's inputs, ``sum(L_b - 1)`` over its rows (at least 1); completion_mask: [B, T], inverse: [B]."""
+    lengths = (completion_mask.sum(-1) - 1).clamp(min=0)  # [B] inputs per row
+    totals = torch.zeros(n_groups, dtype=lengths.dtype, device=lengths.device).index_add_(0, inverse, lengths)
+    return max(int(totals.max()) if n_groups else 0, 1)
+
+
 def packed_layout(completion_mask: torch.Tensor, inverse: torch.Tensor, n_groups: int):
     """Where each completion's inputs go in its group's packed row.
 
@@ -60,8 +67,7 @@ def packed_layout(completion_mask: torch.Tensor, inverse: torch.Tensor, n_groups
         rows = (inverse == g).nonzero(as_tuple=True)[0]
         if len(rows):
             start[rows] = torch.cumsum(lengths[rows], 0) - lengths[rows]
-    totals = torch.zeros(n_groups, dtype=lengths.dtype, device=lengths.device).index_add_(0, inverse, lengths)
-    return start, max(int(totals.max()) if n_groups else 0, 1), lengths
+    return start, packed_width(completion_mask, inverse, n_groups), lengths
 
 
 def pack_inputs(
@@ -150,7 +156,7 @@ def packing_pays(decoder: torch.nn.Module, completion_mask: torch.Tensor, invers
     ones do not (8 x 1024 tokens in one row: attention over 8k keys would dominate).
     """
     b, t = completion_mask.shape
-    _, width, _ = packed_layout(completion_mask, inverse, n_groups)
+    width = packed_width(completion_mask, inverse, n_groups)  # the width only: the layout itself is built once, if packed
     cfg = decoder.config
     hidden = int(cfg.hidden_size)
     layers = getattr(decoder, "layers", None)

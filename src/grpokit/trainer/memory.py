@@ -74,13 +74,17 @@ def configure_cpu_memory(mode: str, *, device: DeviceLike = "cpu") -> bool:
     blocks up to that size stay in the heap and the next step's tensors reuse them without page
     faults) and turns :func:`release_free_memory` into a no-op. ``GRPOKIT_MALLOC_TUNING=1``
     (:func:`tune_malloc`, every large tensor mapped and unmapped) takes precedence over ``reuse``.
-    Off the CPU, or without glibc, nothing changes.
+    ``reuse`` off the CPU or without glibc could change nothing: refused with a one-line error
+    (``release`` there does nothing, as before).
     """
     global _RELEASE
     if mode not in ("reuse", "release"):
         raise ValueError(f"train.cpu_memory={mode!r}: choose reuse or release")
-    _RELEASE = mode == "release" or os.environ.get("GRPOKIT_MALLOC_TUNING", "0") == "1"
     libc = _libc()
+    if mode == "reuse" and (not is_cpu(device) or libc is None):
+        where = f"model.device={device}" if not is_cpu(device) else "this platform (no glibc malloc)"
+        raise ValueError(f"train.cpu_memory=reuse tunes glibc's CPU heap, which {where} does not use: set train.cpu_memory=release")
+    _RELEASE = mode == "release" or os.environ.get("GRPOKIT_MALLOC_TUNING", "0") == "1"
     if _RELEASE or not is_cpu(device) or libc is None:
         return False
     return libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1) == 1 and libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX) == 1
